@@ -1,0 +1,46 @@
+//! The admin HTTP server (actix-web): health, metrics, and (later) the JSON API and web UI.
+//! [`routes`] lists every route in one place.
+
+pub mod health;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use actix_web::{web, App, HttpServer};
+use metrics_exporter_prometheus::PrometheusHandle;
+
+use crate::db::Pool;
+use crate::publish::Publisher;
+use crate::relay::health::Health;
+
+/// What handlers share.
+#[derive(Clone)]
+pub struct AdminState {
+    /// The shared pool (reads only, plus steering writes).
+    pub pool: Pool,
+    /// For the Redis readiness ping.
+    pub publisher: Publisher,
+    /// Relay health flags.
+    pub health: Arc<Health>,
+    /// Renders `/metrics`.
+    pub metrics: Option<PrometheusHandle>,
+}
+
+/// Every route of the admin server.
+pub fn routes(cfg: &mut web::ServiceConfig) {
+    cfg.route("/healthz", web::get().to(health::healthz))
+        .route("/readyz", web::get().to(health::readyz))
+        .route("/metrics", web::get().to(health::metrics));
+}
+
+/// Binds the server; it runs until its handle is stopped (signals are handled by the app).
+pub fn serve(state: AdminState, addr: SocketAddr) -> std::io::Result<actix_web::dev::Server> {
+    let data = web::Data::new(state);
+    let server = HttpServer::new(move || App::new().app_data(data.clone()).configure(routes))
+        .workers(1)
+        .disable_signals()
+        .shutdown_timeout(2)
+        .bind(addr)?
+        .run();
+    Ok(server)
+}

@@ -1,0 +1,116 @@
+//! Wiring: pools, the relay's actors, the admin server, signals and graceful shutdown.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+
+use crate::admin::{self, AdminState};
+use crate::config::{ConfigError, Settings};
+use crate::db::{self, pool::SessionLimits};
+use crate::publish::{Publisher, PublisherConfig};
+use crate::relay::{self, health::Health};
+
+/// How long shutdown waits for the batch in hand.
+const DRAIN_DEADLINE: Duration = Duration::from_secs(5);
+
+/// `outbox-relay migrate`.
+pub async fn migrate(settings: &Settings) -> anyhow::Result<()> {
+    let url = settings.database_url()?;
+    let applied = db::migrate::run_pending(url).await?;
+    tracing::info!(applied, "migrations up to date");
+    Ok(())
+}
+
+/// Refuses settings that would expose the admin without a token.
+pub fn check_admin_exposure(settings: &Settings) -> Result<(), ConfigError> {
+    let addr = settings.admin_addr()?;
+    if !addr.ip().is_loopback() && settings.admin.token.as_deref().unwrap_or("").is_empty() {
+        return Err(ConfigError {
+            setting: "admin.token".into(),
+            message: format!(
+                "is required to serve the admin on non-loopback address {addr} (set OUTBOX__ADMIN__TOKEN)"
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// `outbox-relay run`: the relay and the admin server until SIGTERM/SIGINT.
+pub async fn run(settings: Settings) -> anyhow::Result<()> {
+    run_until(settings, shutdown_signal()).await
+}
+
+/// Runs until `stop` resolves; `demo` passes its own.
+pub async fn run_until(
+    settings: Settings,
+    stop: impl std::future::Future<Output = ()>,
+) -> anyhow::Result<()> {
+    let url = settings.database_url()?.to_string();
+    let addr = settings.admin_addr()?;
+    let limits = SessionLimits {
+        lease: settings.relay.lease,
+    };
+    let pool = db::pool::build(&url, settings.database.pool_size, limits);
+    let conn = Publisher::connect(&settings.redis.url, settings.redis.timeout)
+        .context("redis.url")?;
+    let publisher = Publisher::new(
+        conn,
+        PublisherConfig {
+            stream_prefix: settings.redis.stream_prefix.clone(),
+            dedup_window: settings.redis.dedup_window,
+            max_payload_bytes: settings.redis.max_payload_bytes,
+            maxlen: settings.redis.maxlen,
+            timeout: settings.redis.timeout,
+        },
+    );
+    let health = Arc::new(Health::default());
+    let metrics = crate::telemetry::install_metrics();
+    let state = AdminState {
+        pool: pool.clone(),
+        publisher: publisher.clone(),
+        health: health.clone(),
+        metrics,
+    };
+    let server = admin::serve(state, addr).with_context(|| format!("cannot listen on admin.addr {addr}"))?;
+    let server_handle = server.handle();
+    let server_task = actix_rt::spawn(server);
+    let relay = relay::start(&settings, &url, pool, publisher, health.clone());
+    tracing::info!(
+        instance = %settings.instance_id(),
+        admin = %addr,
+        "outbox-relay running"
+    );
+
+    stop.await;
+    tracing::info!("shutting down: draining the claim loop");
+    health.set_stopping();
+    relay.shutdown(DRAIN_DEADLINE).await;
+    server_handle.stop(true).await;
+    let _ = server_task.await;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Resolves on SIGTERM or SIGINT.
+pub async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
+            (Ok(mut term), Ok(mut int)) => {
+                tokio::select! {
+                    _ = term.recv() => {},
+                    _ = int.recv() => {},
+                }
+            }
+            _ => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}

@@ -1,0 +1,70 @@
+//! The command line (clap): `migrate`, `run`, `demo`, each taking `--config FILE`.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::config::Overrides;
+
+/// Publishes a Postgres transactional outbox to Redis Streams.
+#[derive(Debug, Parser)]
+#[command(name = "outbox-relay", version, about)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Apply pending migrations to DATABASE_URL (idempotent, safe to race), then exit.
+    Migrate(CommonArgs),
+    /// Run the relay and the admin server until SIGTERM/SIGINT.
+    Run(CommonArgs),
+    /// Create a local database, migrate, and run the relay with a sample producer.
+    Demo(DemoArgs),
+}
+
+/// Flags every command takes. They override the file and the environment.
+#[derive(Debug, Args, Clone, Default)]
+pub struct CommonArgs {
+    /// TOML configuration file.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Postgres URL (database.url).
+    #[arg(long, value_name = "URL")]
+    pub database_url: Option<String>,
+    /// Redis URL (redis.url).
+    #[arg(long, value_name = "URL")]
+    pub redis_url: Option<String>,
+    /// Admin listen address (admin.addr).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub admin_addr: Option<String>,
+    /// This replica's name (instance_id).
+    #[arg(long, value_name = "NAME")]
+    pub instance_id: Option<String>,
+}
+
+/// Flags of `demo`.
+#[derive(Debug, Args, Clone)]
+pub struct DemoArgs {
+    /// The common flags.
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// Sample events produced per second.
+    #[arg(long, default_value_t = 20)]
+    pub rate: u32,
+}
+
+impl CommonArgs {
+    /// The flags as configuration overrides.
+    pub fn overrides(&self) -> Overrides {
+        Overrides {
+            database_url: self.database_url.clone(),
+            redis_url: self.redis_url.clone(),
+            admin_addr: self.admin_addr.clone(),
+            instance_id: self.instance_id.clone(),
+        }
+    }
+}

@@ -1,0 +1,487 @@
+//! The settings of every command, loaded in layers and validated before anything starts.
+//!
+//! Precedence, lowest first: built-in defaults < `--config` TOML file < environment
+//! (`OUTBOX__SECTION__KEY`, plus `DATABASE_URL` and `REDIS_URL`) < command-line flags.
+//! figment does the layering (it keeps track of which layer a bad value came from, and its
+//! errors carry the key path, which is what our one-line error needs); humantime-serde parses
+//! the human durations (`250ms`, `30s`, `7d`).
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use figment::providers::{Env, Format, Serialized, Toml};
+use figment::Figment;
+use serde::{Deserialize, Serialize};
+
+/// A bad setting: the program prints it as one line and exits with status 2.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid setting `{setting}`: {message}")]
+pub struct ConfigError {
+    /// The TOML path of the setting, e.g. `retry.base`.
+    pub setting: String,
+    /// What is wrong with it, for a person.
+    pub message: String,
+}
+
+impl ConfigError {
+    fn new(setting: &str, message: impl Into<String>) -> Self {
+        ConfigError {
+            setting: setting.to_string(),
+            message: message.into(),
+        }
+    }
+}
+
+/// All settings. Every field maps to a TOML path and to `OUTBOX__SECTION__KEY`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Settings {
+    /// Postgres: where the outbox table lives.
+    pub database: DatabaseSettings,
+    /// Redis: where the streams are written.
+    pub redis: RedisSettings,
+    /// The admin HTTP server (health, metrics, API, UI).
+    pub admin: AdminSettings,
+    /// How failed events are retried and when they are dead-lettered.
+    pub retry: RetrySettings,
+    /// How long published rows are kept.
+    pub retention: RetentionSettings,
+    /// The claim loop.
+    pub relay: RelaySettings,
+    /// This replica's name in heartbeats and logs; defaults to the host name.
+    pub instance_id: Option<String>,
+}
+
+/// Postgres settings.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DatabaseSettings {
+    /// `postgres://user@host:port/db`; required by `run` and `migrate`.
+    pub url: Option<String>,
+    /// Pooled connections per replica (the claim loop, maintenance and the admin share them).
+    pub pool_size: u32,
+}
+
+/// Redis settings.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RedisSettings {
+    /// `redis://host:port/db`.
+    pub url: String,
+    /// Stream key of a topic is `<stream_prefix><topic>`.
+    pub stream_prefix: String,
+    /// How long an event id is remembered to refuse a second XADD of the same event.
+    #[serde(with = "humantime_serde")]
+    pub dedup_window: Duration,
+    /// An event whose entry would be larger than this is a poison event, never sent.
+    pub max_payload_bytes: usize,
+    /// When set, each XADD trims its stream to about this many entries (`MAXLEN ~`).
+    pub maxlen: Option<u64>,
+    /// How long one publish round trip may take before Redis counts as unreachable.
+    #[serde(with = "humantime_serde")]
+    pub timeout: Duration,
+}
+
+/// Admin server settings.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AdminSettings {
+    /// Listen address, `host:port`.
+    pub addr: String,
+    /// Bearer token for the API and the UI login; without one, only loopback is served.
+    pub token: Option<String>,
+}
+
+/// Retry policy for events whose publish failed through their own fault.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RetrySettings {
+    /// Failed attempts after which an event is dead-lettered.
+    pub max_attempts: u32,
+    /// Delay after the first failure; doubles with each further failure.
+    #[serde(with = "humantime_serde")]
+    pub base: Duration,
+    /// Upper bound of the delay.
+    #[serde(with = "humantime_serde")]
+    pub max: Duration,
+}
+
+/// Retention of published rows.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RetentionSettings {
+    /// Published rows older than this are deleted; `0s` deletes them at publish time.
+    #[serde(with = "humantime_serde")]
+    pub published_for: Duration,
+    /// How often the cleaner runs.
+    #[serde(with = "humantime_serde")]
+    pub interval: Duration,
+    /// Rows deleted per statement: small enough never to stall publishing.
+    pub batch_size: u32,
+}
+
+/// The claim loop.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RelaySettings {
+    /// How long a claim lasts before another replica may take the event: the claim
+    /// transaction of a replica that hangs or loses its network is ended by Postgres after this.
+    #[serde(with = "humantime_serde")]
+    pub lease: Duration,
+    /// Events claimed per transaction.
+    pub batch_size: u32,
+    /// Fallback poll interval when no notification arrives (also the retry-due check).
+    #[serde(with = "humantime_serde")]
+    pub poll_interval: Duration,
+    /// Do not LISTEN (for PgBouncer in transaction pooling mode): poll only.
+    pub poll_only: bool,
+    /// How often a replica writes its heartbeat.
+    #[serde(with = "humantime_serde")]
+    pub heartbeat_interval: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            database: DatabaseSettings::default(),
+            redis: RedisSettings::default(),
+            admin: AdminSettings::default(),
+            retry: RetrySettings::default(),
+            retention: RetentionSettings::default(),
+            relay: RelaySettings::default(),
+            instance_id: None,
+        }
+    }
+}
+
+impl Default for DatabaseSettings {
+    fn default() -> Self {
+        DatabaseSettings {
+            url: None,
+            pool_size: 8,
+        }
+    }
+}
+
+impl Default for RedisSettings {
+    fn default() -> Self {
+        RedisSettings {
+            url: "redis://127.0.0.1:6379".into(),
+            stream_prefix: "outbox:".into(),
+            dedup_window: Duration::from_secs(15 * 60),
+            max_payload_bytes: 1024 * 1024,
+            maxlen: None,
+            timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+impl Default for AdminSettings {
+    fn default() -> Self {
+        AdminSettings {
+            addr: "127.0.0.1:8080".into(),
+            token: None,
+        }
+    }
+}
+
+impl Default for RetrySettings {
+    fn default() -> Self {
+        RetrySettings {
+            max_attempts: 10,
+            base: Duration::from_secs(1),
+            max: Duration::from_secs(600),
+        }
+    }
+}
+
+impl Default for RetentionSettings {
+    fn default() -> Self {
+        RetentionSettings {
+            published_for: Duration::from_secs(7 * 24 * 3600),
+            interval: Duration::from_secs(60),
+            batch_size: 1000,
+        }
+    }
+}
+
+impl Default for RelaySettings {
+    fn default() -> Self {
+        RelaySettings {
+            lease: Duration::from_secs(30),
+            batch_size: 1000,
+            poll_interval: Duration::from_secs(1),
+            poll_only: false,
+            heartbeat_interval: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Values given on the command line; they override every other layer.
+#[derive(Debug, Default, Clone)]
+pub struct Overrides {
+    /// `--database-url`
+    pub database_url: Option<String>,
+    /// `--redis-url`
+    pub redis_url: Option<String>,
+    /// `--admin-addr`
+    pub admin_addr: Option<String>,
+    /// `--instance-id`
+    pub instance_id: Option<String>,
+}
+
+impl Settings {
+    /// Loads the layers and validates the result. `base` is the bottom layer (the built-in
+    /// defaults, or the demo's defaults).
+    pub fn load(
+        base: Settings,
+        file: Option<&Path>,
+        overrides: &Overrides,
+    ) -> Result<Settings, ConfigError> {
+        let mut figment = Figment::from(Serialized::defaults(base));
+        if let Some(path) = file {
+            if !path.exists() {
+                return Err(ConfigError::new(
+                    "--config",
+                    format!("file {} does not exist", path.display()),
+                ));
+            }
+            figment = figment.merge(Toml::file(path));
+        }
+        figment = figment
+            .merge(Env::prefixed("OUTBOX__").split("__"))
+            .merge(Env::raw().only(&["DATABASE_URL"]).map(|_| "database.url".into()))
+            .merge(Env::raw().only(&["REDIS_URL"]).map(|_| "redis.url".into()));
+        let flags = [
+            ("database.url", &overrides.database_url),
+            ("redis.url", &overrides.redis_url),
+            ("admin.addr", &overrides.admin_addr),
+            ("instance_id", &overrides.instance_id),
+        ];
+        for (key, value) in flags {
+            if let Some(value) = value {
+                figment = figment.merge(Serialized::default(key, value));
+            }
+        }
+        let settings: Settings = figment.extract().map_err(from_figment)?;
+        settings.validate()?;
+        Ok(settings)
+    }
+
+    /// Checks what serde cannot: URLs, ranges and relations between settings.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if let Some(url) = &self.database.url {
+            validate_postgres_url(url)?;
+        }
+        if self.database.pool_size < 2 {
+            return Err(ConfigError::new(
+                "database.pool_size",
+                "must be at least 2 (the claim loop and maintenance each need one)",
+            ));
+        }
+        redis::Client::open(self.redis.url.as_str())
+            .map_err(|e| ConfigError::new("redis.url", e.to_string()))?;
+        if self.redis.stream_prefix.chars().any(char::is_whitespace) {
+            return Err(ConfigError::new(
+                "redis.stream_prefix",
+                "must not contain whitespace",
+            ));
+        }
+        if self.redis.max_payload_bytes == 0 {
+            return Err(ConfigError::new("redis.max_payload_bytes", "must be > 0"));
+        }
+        if self.redis.timeout.is_zero() {
+            return Err(ConfigError::new("redis.timeout", "must be > 0"));
+        }
+        self.admin_addr()?;
+        if self.retry.max_attempts == 0 {
+            return Err(ConfigError::new("retry.max_attempts", "must be at least 1"));
+        }
+        if self.retry.base.is_zero() {
+            return Err(ConfigError::new("retry.base", "must be > 0"));
+        }
+        if self.retry.max < self.retry.base {
+            return Err(ConfigError::new(
+                "retry.max",
+                "must be at least retry.base",
+            ));
+        }
+        if self.relay.lease < Duration::from_secs(1) {
+            return Err(ConfigError::new("relay.lease", "must be at least 1s"));
+        }
+        if self.redis.dedup_window < self.relay.lease * 2 {
+            return Err(ConfigError::new(
+                "redis.dedup_window",
+                "must be at least twice relay.lease: a claim abandoned by a crashed replica is retaken within the lease, and its second XADD must still be refused",
+            ));
+        }
+        if self.redis.timeout >= self.relay.lease {
+            return Err(ConfigError::new(
+                "redis.timeout",
+                "must be shorter than relay.lease",
+            ));
+        }
+        if !(1..=10_000).contains(&self.relay.batch_size) {
+            return Err(ConfigError::new("relay.batch_size", "must be 1..=10000"));
+        }
+        if self.relay.poll_interval.is_zero() {
+            return Err(ConfigError::new("relay.poll_interval", "must be > 0"));
+        }
+        if self.relay.heartbeat_interval.is_zero() {
+            return Err(ConfigError::new("relay.heartbeat_interval", "must be > 0"));
+        }
+        if self.retention.interval.is_zero() {
+            return Err(ConfigError::new("retention.interval", "must be > 0"));
+        }
+        if !(1..=100_000).contains(&self.retention.batch_size) {
+            return Err(ConfigError::new(
+                "retention.batch_size",
+                "must be 1..=100000",
+            ));
+        }
+        if let Some(id) = &self.instance_id {
+            if id.is_empty() || id.len() > 255 {
+                return Err(ConfigError::new("instance_id", "must be 1 to 255 characters"));
+            }
+        }
+        Ok(())
+    }
+
+    /// The database URL, required by the commands that touch Postgres.
+    pub fn database_url(&self) -> Result<&str, ConfigError> {
+        self.database.url.as_deref().ok_or_else(|| {
+            ConfigError::new("database.url", "is required (set DATABASE_URL or --database-url)")
+        })
+    }
+
+    /// The parsed admin listen address.
+    pub fn admin_addr(&self) -> Result<SocketAddr, ConfigError> {
+        self.admin
+            .addr
+            .parse()
+            .map_err(|e| ConfigError::new("admin.addr", format!("{e} (expected host:port)")))
+    }
+
+    /// This replica's name: the setting, else the host name, else a fixed fallback.
+    pub fn instance_id(&self) -> String {
+        if let Some(id) = &self.instance_id {
+            return id.clone();
+        }
+        std::env::var("HOSTNAME")
+            .ok()
+            .filter(|h| !h.is_empty())
+            .or_else(|| {
+                std::fs::read_to_string("/etc/hostname")
+                    .ok()
+                    .map(|h| h.trim().to_string())
+                    .filter(|h| !h.is_empty())
+            })
+            .unwrap_or_else(|| "outbox-relay".into())
+    }
+
+    /// Published rows are deleted in the publish transaction itself (`published_for = 0s`).
+    pub fn delete_on_publish(&self) -> bool {
+        self.retention.published_for.is_zero()
+    }
+}
+
+fn validate_postgres_url(raw: &str) -> Result<(), ConfigError> {
+    let parsed =
+        url::Url::parse(raw).map_err(|e| ConfigError::new("database.url", e.to_string()))?;
+    if !matches!(parsed.scheme(), "postgres" | "postgresql") {
+        return Err(ConfigError::new(
+            "database.url",
+            format!("scheme must be postgres:// or postgresql://, not {}://", parsed.scheme()),
+        ));
+    }
+    Ok(())
+}
+
+fn from_figment(error: figment::Error) -> ConfigError {
+    use figment::error::Kind;
+    let mut path = error.path.join(".");
+    let message = match &error.kind {
+        Kind::UnknownField(field, _) => {
+            path = if path.is_empty() {
+                field.clone()
+            } else {
+                format!("{path}.{field}")
+            };
+            "unknown setting".to_string()
+        }
+        other => other.to_string(),
+    };
+    let source = error
+        .metadata
+        .as_ref()
+        .map(|m| format!(" (from {})", m.name))
+        .unwrap_or_default();
+    if path.is_empty() {
+        path = "configuration".into();
+    }
+    ConfigError {
+        setting: path,
+        message: format!("{message}{source}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_the_contracts() {
+        let s = Settings::default();
+        assert_eq!(s.redis.url, "redis://127.0.0.1:6379");
+        assert_eq!(s.redis.stream_prefix, "outbox:");
+        assert_eq!(s.admin.addr, "127.0.0.1:8080");
+        assert_eq!(s.retry.max_attempts, 10);
+        assert_eq!(s.retry.base, Duration::from_secs(1));
+        assert_eq!(s.retry.max, Duration::from_secs(600));
+        assert_eq!(s.retention.published_for, Duration::from_secs(7 * 86400));
+        assert_eq!(s.retention.interval, Duration::from_secs(60));
+        assert_eq!(s.relay.lease, Duration::from_secs(30));
+        assert_eq!(s.redis.dedup_window, Duration::from_secs(900));
+        assert!(s.validate().is_ok());
+    }
+
+    #[test]
+    fn toml_file_layers_under_flags() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("c.toml");
+        std::fs::write(
+            &path,
+            "[retry]\nbase = \"250ms\"\nmax_attempts = 3\n[database]\nurl = \"postgres://a@h/db\"\n",
+        )
+        .expect("write");
+        let overrides = Overrides {
+            database_url: Some("postgres://b@h/db".into()),
+            ..Default::default()
+        };
+        let s = Settings::load(Settings::default(), Some(&path), &overrides).expect("load");
+        assert_eq!(s.retry.base, Duration::from_millis(250));
+        assert_eq!(s.retry.max_attempts, 3);
+        assert_eq!(s.database.url.as_deref(), Some("postgres://b@h/db"));
+    }
+
+    #[test]
+    fn unknown_key_names_the_setting() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("c.toml");
+        std::fs::write(&path, "[retry]\nbasee = \"1s\"\n").expect("write");
+        let err = Settings::load(Settings::default(), Some(&path), &Overrides::default())
+            .expect_err("must fail");
+        assert_eq!(err.setting, "retry.basee");
+    }
+
+    #[test]
+    fn bad_duration_names_the_setting() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("c.toml");
+        std::fs::write(&path, "[relay]\nlease = \"soon\"\n").expect("write");
+        let err = Settings::load(Settings::default(), Some(&path), &Overrides::default())
+            .expect_err("must fail");
+        assert_eq!(err.setting, "relay.lease");
+    }
+}

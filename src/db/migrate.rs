@@ -1,0 +1,56 @@
+//! The embedded migrations, applied under an advisory lock so that replicas may race.
+
+use diesel::connection::SimpleConnection;
+use diesel::Connection;
+use diesel_async::async_connection_wrapper::AsyncConnectionWrapper;
+use diesel_async::AsyncPgConnection;
+use diesel_migrations::{embed_migrations, EmbeddedMigrations, MigrationHarness};
+
+/// The `migrations/` folder, compiled into the binary.
+pub const MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations");
+
+/// Advisory lock key held while migrating ("outbox-m" in ASCII).
+const MIGRATION_LOCK: i64 = 0x6f75_7462_6f78_2d6d;
+
+/// Why migrating failed.
+#[derive(Debug, thiserror::Error)]
+pub enum MigrateError {
+    /// Could not connect.
+    #[error("cannot connect to postgres: {0}")]
+    Connect(#[from] diesel::ConnectionError),
+    /// The lock statement failed.
+    #[error("cannot take the migration lock: {0}")]
+    Lock(#[from] diesel::result::Error),
+    /// A migration failed.
+    #[error("migration failed: {0}")]
+    Migration(String),
+    /// The migration thread died.
+    #[error("migration thread failed")]
+    Thread,
+}
+
+/// Applies pending migrations and returns how many ran. Runs on its own thread: diesel's
+/// migration harness is synchronous and `AsyncMigrationHarness` panics on actix's
+/// single-threaded runtime (STACK-NOTES).
+pub async fn run_pending(url: &str) -> Result<usize, MigrateError> {
+    let url = url.to_string();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(run_blocking(&url));
+    });
+    rx.await.map_err(|_| MigrateError::Thread)?
+}
+
+fn run_blocking(url: &str) -> Result<usize, MigrateError> {
+    let mut conn = AsyncConnectionWrapper::<AsyncPgConnection>::establish(url)?;
+    // Session-level lock: a second replica waits here, then finds nothing pending.
+    conn.batch_execute(&format!("SELECT pg_advisory_lock({MIGRATION_LOCK})"))?;
+    let result = conn
+        .run_pending_migrations(MIGRATIONS)
+        .map(|applied| applied.len())
+        .map_err(|e| MigrateError::Migration(e.to_string()));
+    let unlock = conn.batch_execute(&format!("SELECT pg_advisory_unlock({MIGRATION_LOCK})"));
+    let applied = result?;
+    unlock?;
+    Ok(applied)
+}

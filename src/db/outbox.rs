@@ -1,0 +1,249 @@
+//! All SQL of the `outbox` table: claiming, marking, retrying, dead-lettering, retention, stats.
+//!
+//! The claim happens in two statements inside the relay's publish transaction:
+//! [`claim_heads`] locks the oldest claimable events (each the first pending event of its
+//! key, or unkeyed), skipping rows other replicas hold; [`claim_runs`] then locks the events
+//! that follow each claimed key head, so a hot key moves a whole run per round trip.
+
+use chrono::{DateTime, Utc};
+use diesel::sql_types::{Array, BigInt, Bool, Integer, Nullable, Text, Timestamptz};
+use diesel::QueryableByName;
+use diesel_async::{AsyncPgConnection, RunQueryDsl};
+use uuid::Uuid;
+
+use super::DbError;
+
+/// One locked row, as the publisher needs it.
+#[derive(Debug, Clone, QueryableByName)]
+pub struct ClaimedRow {
+    /// The event id.
+    #[diesel(sql_type = diesel::sql_types::Uuid)]
+    pub id: Uuid,
+    /// Insertion order.
+    #[diesel(sql_type = BigInt)]
+    pub seq: i64,
+    /// Routing name.
+    #[diesel(sql_type = Text)]
+    pub topic: String,
+    /// Ordering key.
+    #[diesel(sql_type = Nullable<Text>)]
+    pub partition_key: Option<String>,
+    /// JSON text of the payload.
+    #[diesel(sql_type = Text)]
+    pub payload: String,
+    /// JSON text of the headers (`{}` when null).
+    #[diesel(sql_type = Text)]
+    pub headers: String,
+    /// When the producer wrote it.
+    #[diesel(sql_type = Timestamptz)]
+    pub created_at: DateTime<Utc>,
+    /// Failed attempts so far.
+    #[diesel(sql_type = Integer)]
+    pub attempts: i32,
+    /// False when `available_at` is still in the future (the run stops there).
+    #[diesel(sql_type = Bool)]
+    pub ready: bool,
+}
+
+const COLUMNS: &str = "o.id, o.seq, o.topic, o.partition_key, o.payload::text AS payload, \
+     COALESCE(o.headers, '{}'::jsonb)::text AS headers, o.created_at, o.attempts, \
+     (o.available_at <= now()) AS ready";
+
+/// Locks up to `limit` claimable events, oldest first, skipping rows locked elsewhere.
+/// Claimable: pending, due, topic not paused, and no earlier pending event of the same key.
+pub async fn claim_heads(conn: &mut AsyncPgConnection, limit: i64) -> Result<Vec<ClaimedRow>, DbError> {
+    let sql = format!(
+        "SELECT {COLUMNS} FROM outbox o
+         WHERE o.published_at IS NULL AND o.dead_at IS NULL AND o.available_at <= now()
+           AND NOT EXISTS (SELECT 1 FROM outbox_topics t WHERE t.topic = o.topic AND t.paused)
+           AND (o.partition_key IS NULL OR NOT EXISTS (
+                SELECT 1 FROM outbox p
+                WHERE p.topic = o.topic AND p.partition_key = o.partition_key
+                  AND p.published_at IS NULL AND p.dead_at IS NULL AND p.seq < o.seq))
+         ORDER BY o.seq
+         LIMIT $1
+         FOR UPDATE OF o SKIP LOCKED"
+    );
+    Ok(diesel::sql_query(sql)
+        .bind::<BigInt, _>(limit)
+        .load(conn)
+        .await?)
+}
+
+/// Locks up to `limit` pending events that follow the given key heads, in seq order.
+/// Nobody else can hold them: another replica would need the head, which we hold.
+pub async fn claim_runs(
+    conn: &mut AsyncPgConnection,
+    heads: &[(String, String, i64)],
+    limit: i64,
+) -> Result<Vec<ClaimedRow>, DbError> {
+    if heads.is_empty() || limit <= 0 {
+        return Ok(Vec::new());
+    }
+    let topics: Vec<&str> = heads.iter().map(|h| h.0.as_str()).collect();
+    let keys: Vec<&str> = heads.iter().map(|h| h.1.as_str()).collect();
+    let seqs: Vec<i64> = heads.iter().map(|h| h.2).collect();
+    let sql = format!(
+        "SELECT {COLUMNS} FROM outbox o
+         JOIN unnest($1::text[], $2::text[], $3::bigint[]) AS h(topic, partition_key, seq)
+           ON o.topic = h.topic AND o.partition_key = h.partition_key AND o.seq > h.seq
+         WHERE o.published_at IS NULL AND o.dead_at IS NULL
+         ORDER BY o.seq
+         LIMIT $4
+         FOR UPDATE OF o"
+    );
+    Ok(diesel::sql_query(sql)
+        .bind::<Array<Text>, _>(topics)
+        .bind::<Array<Text>, _>(keys)
+        .bind::<Array<BigInt>, _>(seqs)
+        .bind::<BigInt, _>(limit)
+        .load(conn)
+        .await?)
+}
+
+/// Sets `published_at` on events that reached their stream.
+pub async fn mark_published(conn: &mut AsyncPgConnection, ids: &[Uuid]) -> Result<usize, DbError> {
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    Ok(
+        diesel::sql_query("UPDATE outbox SET published_at = now() WHERE id = ANY($1)")
+            .bind::<Array<diesel::sql_types::Uuid>, _>(ids)
+            .execute(conn)
+            .await?,
+    )
+}
+
+/// Deletes events that reached their stream (retention `published_for = 0s`).
+pub async fn delete_published(conn: &mut AsyncPgConnection, ids: &[Uuid]) -> Result<usize, DbError> {
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    Ok(diesel::sql_query("DELETE FROM outbox WHERE id = ANY($1)")
+        .bind::<Array<diesel::sql_types::Uuid>, _>(ids)
+        .execute(conn)
+        .await?)
+}
+
+/// What to write for one event whose publish failed through its own fault.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Failure {
+    /// The event.
+    pub id: Uuid,
+    /// The error, for a person.
+    pub error: String,
+    /// Delay until the next attempt; ignored when `dead`.
+    pub delay_ms: i64,
+    /// Dead-letter it now.
+    pub dead: bool,
+}
+
+/// Records failures: attempts + 1, `last_error`, and either a later `available_at` or `dead_at`.
+pub async fn schedule_retry(conn: &mut AsyncPgConnection, failures: &[Failure]) -> Result<usize, DbError> {
+    if failures.is_empty() {
+        return Ok(0);
+    }
+    let ids: Vec<Uuid> = failures.iter().map(|f| f.id).collect();
+    let errors: Vec<&str> = failures.iter().map(|f| f.error.as_str()).collect();
+    let delays: Vec<i64> = failures.iter().map(|f| f.delay_ms).collect();
+    let dead: Vec<bool> = failures.iter().map(|f| f.dead).collect();
+    Ok(diesel::sql_query(
+        "UPDATE outbox o SET
+             attempts = o.attempts + 1,
+             last_error = f.error,
+             available_at = CASE WHEN f.dead THEN o.available_at
+                                 ELSE now() + f.delay_ms * interval '1 millisecond' END,
+             dead_at = CASE WHEN f.dead THEN now() END
+         FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::bool[]) AS f(id, error, delay_ms, dead)
+         WHERE o.id = f.id",
+    )
+    .bind::<Array<diesel::sql_types::Uuid>, _>(ids)
+    .bind::<Array<Text>, _>(errors)
+    .bind::<Array<BigInt>, _>(delays)
+    .bind::<Array<Bool>, _>(dead)
+    .execute(conn)
+    .await?)
+}
+
+/// Advisory lock class of the retention cleaner ("outbox-r").
+const RETENTION_LOCK: i64 = 0x6f75_7462_6f78_2d72;
+
+/// Deletes up to `limit` published rows older than `older_than_ms`, if no other replica is
+/// deleting right now. Returns `None` when another replica holds the retention lock.
+pub async fn delete_published_before(
+    conn: &mut AsyncPgConnection,
+    older_than_ms: i64,
+    limit: i64,
+) -> Result<Option<usize>, DbError> {
+    #[derive(QueryableByName)]
+    struct Deleted {
+        #[diesel(sql_type = Bool)]
+        locked: bool,
+        #[diesel(sql_type = BigInt)]
+        deleted: i64,
+    }
+    // One statement: the lock is taken first (the CTE is materialized), and only the
+    // holder's DELETE touches rows. SKIP LOCKED keeps it clear of anything else's locks.
+    let row: Deleted = diesel::sql_query(
+        "WITH lock AS MATERIALIZED (SELECT pg_try_advisory_xact_lock($1) AS locked),
+         doomed AS (
+             SELECT o.id FROM outbox o, lock
+             WHERE lock.locked AND o.published_at IS NOT NULL
+               AND o.published_at < now() - $2 * interval '1 millisecond'
+             ORDER BY o.published_at
+             LIMIT $3
+             FOR UPDATE OF o SKIP LOCKED),
+         gone AS (DELETE FROM outbox WHERE id IN (SELECT id FROM doomed) RETURNING 1)
+         SELECT (SELECT locked FROM lock) AS locked, (SELECT count(*) FROM gone) AS deleted",
+    )
+    .bind::<BigInt, _>(RETENTION_LOCK)
+    .bind::<BigInt, _>(older_than_ms)
+    .bind::<BigInt, _>(limit)
+    .get_result(conn)
+    .await?;
+    Ok(row.locked.then_some(row.deleted as usize))
+}
+
+/// The numbers behind the gauges.
+#[derive(Debug, Clone, QueryableByName)]
+pub struct Backlog {
+    /// Pending, not dead.
+    #[diesel(sql_type = BigInt)]
+    pub pending: i64,
+    /// Dead-lettered.
+    #[diesel(sql_type = BigInt)]
+    pub dead: i64,
+    /// Age in seconds of the oldest pending event (0 when none).
+    #[diesel(sql_type = diesel::sql_types::Double)]
+    pub oldest_pending_age_seconds: f64,
+}
+
+/// Counts the backlog from the partial indexes (no scan of published rows).
+pub async fn backlog(conn: &mut AsyncPgConnection) -> Result<Backlog, DbError> {
+    Ok(diesel::sql_query(
+        "SELECT
+           (SELECT count(*) FROM outbox WHERE published_at IS NULL AND dead_at IS NULL) AS pending,
+           (SELECT count(*) FROM outbox WHERE dead_at IS NOT NULL) AS dead,
+           COALESCE((SELECT extract(epoch FROM now() - created_at)::float8 FROM outbox
+                     WHERE published_at IS NULL AND dead_at IS NULL
+                     ORDER BY seq LIMIT 1), 0) AS oldest_pending_age_seconds",
+    )
+    .get_result(conn)
+    .await?)
+}
+
+/// The earliest `available_at` of pending events not yet due, for waking the claimer on time.
+pub async fn next_due_in_ms(conn: &mut AsyncPgConnection) -> Result<Option<i64>, DbError> {
+    #[derive(QueryableByName)]
+    struct Due {
+        #[diesel(sql_type = Nullable<BigInt>)]
+        ms: Option<i64>,
+    }
+    let due: Due = diesel::sql_query(
+        "SELECT (extract(epoch FROM min(available_at) - now()) * 1000)::bigint AS ms
+         FROM outbox WHERE published_at IS NULL AND dead_at IS NULL AND available_at > now()",
+    )
+    .get_result(conn)
+    .await?;
+    Ok(due.ms)
+}

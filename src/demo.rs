@@ -1,0 +1,141 @@
+//! `outbox-relay demo`: one command, no set-up. Creates its database if missing, migrates,
+//! and runs the relay with a sample producer: several topics, partition keys, and a few
+//! poison events (their topic's stream key holds a plain string, so every XADD gets
+//! WRONGTYPE and they end up dead-lettered).
+
+use std::time::Duration;
+
+use anyhow::Context as _;
+use diesel::sql_types::Text;
+use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
+use rand::Rng;
+
+use crate::config::Settings;
+use crate::producer::{enqueue_many, NewEvent};
+
+/// The demo's local database.
+pub const DEMO_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/outbox_demo";
+/// The topic whose events are poison.
+pub const POISON_TOPIC: &str = "demo.poison";
+const TOPICS: &[&str] = &["order.created", "payment.captured", "patient.admitted"];
+
+/// The demo's bottom configuration layer: a local database, quick dead-lettering.
+pub fn default_settings() -> Settings {
+    let mut s = Settings::default();
+    s.database.url = Some(DEMO_DATABASE_URL.into());
+    s.retry.max_attempts = 3;
+    s
+}
+
+/// Creates the database named in `url` if it does not exist.
+pub async fn create_database(url: &str) -> anyhow::Result<()> {
+    let mut parsed = url::Url::parse(url).context("database.url")?;
+    let name = parsed.path().trim_start_matches('/').to_string();
+    anyhow::ensure!(!name.is_empty(), "database.url names no database");
+    parsed.set_path("/postgres");
+    let mut conn = AsyncPgConnection::establish(parsed.as_str())
+        .await
+        .with_context(|| format!("cannot connect to {}", parsed))?;
+    #[derive(diesel::QueryableByName)]
+    struct Found {
+        #[diesel(sql_type = diesel::sql_types::Integer)]
+        #[allow(dead_code)]
+        one: i32,
+    }
+    let found: Vec<Found> = diesel::sql_query("SELECT 1 AS one FROM pg_database WHERE datname = $1")
+        .bind::<Text, _>(&name)
+        .load(&mut conn)
+        .await?;
+    if found.is_empty() {
+        let quoted = name.replace('"', "\"\"");
+        conn.batch_execute(&format!("CREATE DATABASE \"{quoted}\""))
+            .await
+            .with_context(|| format!("cannot create database {name}"))?;
+        tracing::info!(database = %name, "created database");
+    }
+    Ok(())
+}
+
+fn sample(n: u64, rng: &mut impl Rng) -> NewEvent {
+    if n % 97 == 13 {
+        return NewEvent::new(POISON_TOPIC, serde_json::json!({"n": n, "note": "its stream key is not a stream"}));
+    }
+    let topic = TOPICS[(n % TOPICS.len() as u64) as usize];
+    let entity = rng.random_range(1..=40);
+    let payload = serde_json::json!({
+        "n": n,
+        "entity": entity,
+        "amount_cents": rng.random_range(100..100_000),
+        "note": "<b>payloads are data, never markup</b>",
+    });
+    let event = NewEvent::new(topic, payload).headers(serde_json::json!({"content-type": "application/json"}));
+    if n % 5 == 0 {
+        event
+    } else {
+        event.key(format!("{}-{entity}", topic.split('.').next().unwrap_or("entity")))
+    }
+}
+
+async fn produce(url: String, rate: u32) {
+    let rate = u64::from(rate.max(1));
+    let mut n: u64 = 0;
+    let mut conn: Option<AsyncPgConnection> = None;
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    loop {
+        tick.tick().await;
+        if conn.is_none() {
+            conn = AsyncPgConnection::establish(&url).await.ok();
+        }
+        let Some(c) = conn.as_mut() else { continue };
+        let per_tick = (rate / 10).max(1);
+        let events: Vec<NewEvent> = {
+            let mut rng = rand::rng();
+            (0..per_tick).map(|i| sample(n + i, &mut rng)).collect()
+        };
+        match enqueue_many(c, &events).await {
+            Ok(_) => n += per_tick,
+            Err(e) => {
+                tracing::warn!("demo producer: {e}");
+                conn = None;
+            }
+        }
+    }
+}
+
+async fn plant_poison(settings: &Settings) -> anyhow::Result<()> {
+    let client = redis::Client::open(settings.redis.url.as_str())?;
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .context("cannot reach redis (redis.url)")?;
+    let key = format!("{}{}", settings.redis.stream_prefix, POISON_TOPIC);
+    redis::cmd("SET")
+        .arg(&key)
+        .arg("not a stream: events of this topic fail with WRONGTYPE")
+        .query_async::<()>(&mut conn)
+        .await?;
+    Ok(())
+}
+
+/// Runs the demo until SIGTERM/SIGINT.
+pub async fn run(settings: Settings, rate: u32) -> anyhow::Result<()> {
+    let url = settings.database_url()?.to_string();
+    create_database(&url).await?;
+    crate::db::migrate::run_pending(&url).await?;
+    plant_poison(&settings).await?;
+    let addr = settings.admin_addr()?;
+    println!("outbox-relay demo");
+    println!("  database : {url}");
+    println!("  admin    : http://{addr}/  (health /healthz, /readyz; metrics /metrics)");
+    println!("  producing: {rate} events/s on {} plus a few poison events on {POISON_TOPIC}", TOPICS.join(", "));
+    println!(
+        "  read     : redis-cli XRANGE {}order.created - + COUNT 5",
+        settings.redis.stream_prefix
+    );
+    println!("  dead     : psql {url} -c 'SELECT id, topic, attempts, last_error FROM outbox WHERE dead_at IS NOT NULL'");
+    println!("  stop     : Ctrl-C");
+    let producer = actix_rt::spawn(produce(url, rate));
+    let result = crate::app::run(settings).await;
+    producer.abort();
+    result
+}

@@ -1,0 +1,27 @@
+//! outbox-relay: publishes a Postgres transactional outbox to Redis Streams.
+//!
+//! Map of the crate:
+//! - [`cli`], [`config`]: the command line and the layered, validated settings.
+//! - [`app`]: wiring of pools, actors, admin server, signals, graceful shutdown.
+//! - [`db`]: the pool, embedded migrations, and all SQL, one module per table.
+//! - [`relay`]: the supervised actors: claimer, dispatchers, retry scheduler, cleaner,
+//!   heartbeat, listener; and the pure policies (backoff, ordering).
+//! - [`publish`]: the Redis Streams publisher (deduplicating Lua script, error verdicts).
+//! - [`admin`]: the HTTP server: health, metrics, API, UI.
+//! - [`producer`]: the Rust API to enqueue events in the caller's transaction.
+//! - [`demo`]: the self-contained demo.
+//! - [`telemetry`]: logs and metrics, one function per event.
+
+pub mod admin;
+pub mod app;
+pub mod cli;
+pub mod config;
+pub mod db;
+pub mod demo;
+pub mod producer;
+pub mod publish;
+pub mod relay;
+pub mod telemetry;
+
+/// This binary's version, reported in heartbeats.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");

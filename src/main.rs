@@ -1,0 +1,60 @@
+//! The `outbox-relay` binary: parses the command line and settings, then hands over to `app`.
+//! A bad setting exits with status 2 and one line naming it.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use outbox_relay::cli::{Cli, Command};
+use outbox_relay::config::{ConfigError, Settings};
+use outbox_relay::{app, demo};
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+fn config_exit(error: &ConfigError) -> ExitCode {
+    eprintln!("outbox-relay: {error}");
+    ExitCode::from(2)
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let (base, common) = match &cli.command {
+        Command::Migrate(c) | Command::Run(c) => (Settings::default(), c.clone()),
+        Command::Demo(d) => (demo::default_settings(), d.common.clone()),
+    };
+    let settings = match Settings::load(base, common.config.as_deref(), &common.overrides()) {
+        Ok(s) => s,
+        Err(e) => return config_exit(&e),
+    };
+    let required = match &cli.command {
+        Command::Migrate(_) => settings.database_url().map(|_| ()),
+        Command::Run(_) => settings
+            .database_url()
+            .map(|_| ())
+            .and_then(|_| app::check_admin_exposure(&settings)),
+        Command::Demo(_) => app::check_admin_exposure(&settings),
+    };
+    if let Err(e) = required {
+        return config_exit(&e);
+    }
+    init_tracing();
+    let system = actix_rt::System::new();
+    let result = match cli.command {
+        Command::Migrate(_) => system.block_on(app::migrate(&settings)),
+        Command::Run(_) => system.block_on(app::run(settings)),
+        Command::Demo(d) => system.block_on(demo::run(settings, d.rate)),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("outbox-relay: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,136 @@
+//! The Rust producer API: enqueue events on the caller's own connection or transaction, so
+//! they commit (or roll back) with the business data.
+//!
+//! ```no_run
+//! use diesel_async::{AsyncConnection, AsyncPgConnection};
+//! use outbox_relay::producer::{enqueue, NewEvent};
+//!
+//! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+//! let mut conn = AsyncPgConnection::establish("postgres://postgres@127.0.0.1/shop").await?;
+//! conn.transaction::<_, outbox_relay::producer::ProducerError, _>(async |tx| {
+//!     // ... insert the order itself here, on `tx` ...
+//!     let event = NewEvent::new("order.created", serde_json::json!({"order_id": 42}))
+//!         .key("order-42");
+//!     enqueue(tx, &event).await?;
+//!     Ok(())
+//! })
+//! .await?;
+//! # Ok(())
+//! # }
+//! ```
+
+use chrono::{DateTime, Utc};
+use diesel::prelude::*;
+use diesel_async::{AsyncPgConnection, RunQueryDsl};
+use uuid::Uuid;
+
+use crate::db::schema::outbox;
+
+/// Why an enqueue failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ProducerError {
+    /// The topic breaks the table's rule (1 to 255 characters, no whitespace or control).
+    #[error("invalid topic {0:?}: 1 to 255 characters, no whitespace or control characters")]
+    InvalidTopic(String),
+    /// The insert failed.
+    #[error("enqueue failed: {0}")]
+    Database(#[from] diesel::result::Error),
+}
+
+/// An event to enqueue.
+#[derive(Debug, Clone, Insertable)]
+#[diesel(table_name = outbox)]
+pub struct NewEvent {
+    /// Routing name; the stream is `<prefix><topic>`.
+    pub topic: String,
+    /// The body.
+    pub payload: serde_json::Value,
+    /// Ordering key; events of one key reach the stream in commit order.
+    pub partition_key: Option<String>,
+    /// Passed through to the stream entry.
+    pub headers: Option<serde_json::Value>,
+    /// Do not publish before this time (default: now).
+    #[diesel(treat_none_as_default_value = true)]
+    pub available_at: Option<DateTime<Utc>>,
+}
+
+impl NewEvent {
+    /// An unkeyed event with empty headers.
+    pub fn new(topic: impl Into<String>, payload: serde_json::Value) -> Self {
+        NewEvent {
+            topic: topic.into(),
+            payload,
+            partition_key: None,
+            headers: Some(serde_json::json!({})),
+            available_at: None,
+        }
+    }
+
+    /// Sets the partition key.
+    pub fn key(mut self, key: impl Into<String>) -> Self {
+        self.partition_key = Some(key.into());
+        self
+    }
+
+    /// Sets the headers.
+    pub fn headers(mut self, headers: serde_json::Value) -> Self {
+        self.headers = Some(headers);
+        self
+    }
+
+    /// Delays publication until `at`.
+    pub fn available_at(mut self, at: DateTime<Utc>) -> Self {
+        self.available_at = Some(at);
+        self
+    }
+}
+
+/// The table's topic rule, checked before the round trip.
+pub fn valid_topic(topic: &str) -> bool {
+    let len = topic.chars().count();
+    (1..=255).contains(&len) && !topic.chars().any(|c| c.is_whitespace() || c.is_control())
+}
+
+/// Inserts one event; returns its id.
+pub async fn enqueue(conn: &mut AsyncPgConnection, event: &NewEvent) -> Result<Uuid, ProducerError> {
+    let ids = enqueue_many(conn, std::slice::from_ref(event)).await?;
+    ids.into_iter()
+        .next()
+        .ok_or(ProducerError::Database(diesel::result::Error::NotFound))
+}
+
+/// Inserts many events in as few statements as the bind limit allows; ids in input order.
+pub async fn enqueue_many(
+    conn: &mut AsyncPgConnection,
+    events: &[NewEvent],
+) -> Result<Vec<Uuid>, ProducerError> {
+    if let Some(bad) = events.iter().find(|e| !valid_topic(&e.topic)) {
+        return Err(ProducerError::InvalidTopic(bad.topic.clone()));
+    }
+    // Five binds per row; Postgres takes at most 65,535 per statement.
+    let mut ids = Vec::with_capacity(events.len());
+    for chunk in events.chunks(10_000) {
+        let mut inserted: Vec<Uuid> = diesel::insert_into(outbox::table)
+            .values(chunk)
+            .returning(outbox::id)
+            .get_results(conn)
+            .await?;
+        ids.append(&mut inserted);
+    }
+    Ok(ids)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn topic_rule_matches_the_table() {
+        assert!(valid_topic("order.created"));
+        assert!(!valid_topic(""));
+        assert!(!valid_topic("a b"));
+        assert!(!valid_topic("a\u{7}"));
+        assert!(!valid_topic(&"x".repeat(256)));
+        assert!(valid_topic(&"x".repeat(255)));
+    }
+}

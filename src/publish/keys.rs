@@ -1,0 +1,67 @@
+//! Redis key names: the topic's stream and its dedup sets.
+//!
+//! Dedup memory is bounded by time buckets: ids written during bucket `b` (of length
+//! `dedup_window`) go into the set of bucket `b`, and each publish checks buckets `b` and
+//! `b - 1`. An id is therefore remembered for at least one full window and at most two, and
+//! each set expires on its own. Each member is the id's 16 raw bytes (about 60 bytes of Redis
+//! memory per event), so the memory is about `rate x 2 x window x 60 B` per topic.
+//! Every dedup key carries the stream key's hash slot, so the script's keys share a slot on
+//! Redis Cluster.
+
+use std::time::Duration;
+
+/// `<prefix><topic>`, the contract's stream key.
+pub fn stream_key(prefix: &str, topic: &str) -> String {
+    format!("{prefix}{topic}")
+}
+
+/// The `{...}` part that gives the dedup keys the stream's cluster slot.
+fn slot_tag(stream: &str) -> String {
+    // If the stream key has a valid hash tag, Redis hashes only that; keeping the key as a
+    // prefix keeps the same first tag. Otherwise the whole key is hashed: wrap it in braces.
+    if let Some(open) = stream.find('{') {
+        if let Some(len) = stream[open + 1..].find('}') {
+            if len > 0 {
+                return stream.to_string();
+            }
+        }
+    }
+    format!("{{{stream}}}")
+}
+
+/// The current and previous dedup set of a stream at `now_secs`.
+pub fn dedup_keys(stream: &str, window: Duration, now_secs: u64) -> (String, String) {
+    let width = window.as_secs().max(1);
+    let bucket = now_secs / width;
+    let tag = slot_tag(stream);
+    (
+        format!("{tag}:dedup:{bucket}"),
+        format!("{tag}:dedup:{}", bucket.saturating_sub(1)),
+    )
+}
+
+/// A bucket's set is read until the end of the next bucket: two windows, plus slack.
+pub fn dedup_ttl_secs(window: Duration) -> u64 {
+    window.as_secs().max(1) * 2 + 60
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stream_key_is_prefix_and_topic() {
+        assert_eq!(stream_key("outbox:", "order.created"), "outbox:order.created");
+    }
+
+    #[test]
+    fn dedup_keys_share_the_streams_slot() {
+        let (cur, prev) = dedup_keys("outbox:order.created", Duration::from_secs(900), 1800);
+        assert_eq!(cur, "{outbox:order.created}:dedup:2");
+        assert_eq!(prev, "{outbox:order.created}:dedup:1");
+        let (cur, _) = dedup_keys("outbox:{tenant}x", Duration::from_secs(900), 0);
+        assert_eq!(cur, "outbox:{tenant}x:dedup:0");
+        let (cur, _) = dedup_keys("outbox:{}x", Duration::from_secs(900), 0);
+        assert_eq!(cur, "{outbox:{}x}:dedup:0");
+    }
+}

@@ -1,0 +1,151 @@
+//! The claimer actor: schedules claim cycles and routes their results.
+//!
+//! It runs one cycle at a time, woken by NOTIFY (through the listener), by its poll timer,
+//! and by the retry scheduler. A full batch means more is waiting: it loops at once. An
+//! outage backs off with jitter and marks the relay not-ready until a cycle succeeds again.
+//! It never panics and never stops on an error: a failed cycle is logged, counted and retried.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::{
+    Actor, ActorFutureExt, AsyncContext, Context, Handler, ResponseFuture, Supervised, WrapFuture,
+};
+use rand::Rng;
+use tokio::sync::oneshot;
+
+use super::backoff;
+use super::cycle::{run_once, CycleDeps, CycleError, CycleReport};
+use super::health::Health;
+use super::messages::{Drain, Wake};
+
+/// Claims and publishes batches.
+pub struct Claimer {
+    deps: CycleDeps,
+    health: Arc<Health>,
+    poll_interval: Duration,
+    busy: bool,
+    wake_pending: bool,
+    draining: bool,
+    drained: Vec<oneshot::Sender<()>>,
+    outage_streak: u32,
+    backing_off: bool,
+}
+
+impl Claimer {
+    /// A claimer that polls at least every `poll_interval`.
+    pub fn new(deps: CycleDeps, health: Arc<Health>, poll_interval: Duration) -> Self {
+        Claimer {
+            deps,
+            health,
+            poll_interval,
+            busy: false,
+            wake_pending: false,
+            draining: false,
+            drained: Vec::new(),
+            outage_streak: 0,
+            backing_off: false,
+        }
+    }
+
+    fn wake(&mut self, ctx: &mut Context<Self>) {
+        if self.draining {
+            return;
+        }
+        if self.busy || self.backing_off {
+            self.wake_pending = true;
+            return;
+        }
+        self.busy = true;
+        self.wake_pending = false;
+        let deps = self.deps.clone();
+        let cycle = async move { run_once(&deps).await }
+            .into_actor(self)
+            .map(|result, act, ctx| act.after_cycle(result, ctx));
+        ctx.spawn(cycle);
+    }
+
+    fn after_cycle(&mut self, result: Result<CycleReport, CycleError>, ctx: &mut Context<Self>) {
+        self.busy = false;
+        match result {
+            Ok(report) => {
+                if self.outage_streak > 0 {
+                    crate::telemetry::outage_over(self.outage_streak);
+                }
+                self.outage_streak = 0;
+                self.health.set_relay_ok(true);
+                crate::telemetry::cycle_done(&report);
+                let full = report.heads as i64 >= self.deps.batch_size;
+                if full {
+                    self.wake_pending = true;
+                }
+            }
+            Err(error) => {
+                self.outage_streak = self.outage_streak.saturating_add(1);
+                self.health.set_relay_ok(false);
+                crate::telemetry::cycle_failed(&error, self.outage_streak);
+                let pause = backoff::outage_pause(self.outage_streak, rand::rng().random());
+                self.backing_off = true;
+                self.wake_pending = true;
+                ctx.run_later(pause, |act, ctx| {
+                    act.backing_off = false;
+                    act.resume(ctx);
+                });
+            }
+        }
+        if self.draining {
+            for done in self.drained.drain(..) {
+                let _ = done.send(());
+            }
+            return;
+        }
+        self.resume(ctx);
+    }
+
+    fn resume(&mut self, ctx: &mut Context<Self>) {
+        if self.wake_pending && !self.busy && !self.backing_off {
+            self.wake(ctx);
+        }
+    }
+}
+
+impl Actor for Claimer {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        ctx.run_interval(self.poll_interval, |act, ctx| act.wake(ctx));
+        self.wake(ctx);
+    }
+}
+
+impl Supervised for Claimer {
+    fn restarting(&mut self, _: &mut Context<Self>) {
+        tracing::warn!("claimer restarting");
+        self.busy = false;
+        self.backing_off = false;
+    }
+}
+
+impl Handler<Wake> for Claimer {
+    type Result = ();
+
+    fn handle(&mut self, _: Wake, ctx: &mut Context<Self>) {
+        self.wake(ctx);
+    }
+}
+
+impl Handler<Drain> for Claimer {
+    type Result = ResponseFuture<()>;
+
+    fn handle(&mut self, _: Drain, _: &mut Context<Self>) -> Self::Result {
+        self.draining = true;
+        if !self.busy {
+            return Box::pin(async {});
+        }
+        let (tx, rx) = oneshot::channel();
+        self.drained.push(tx);
+        Box::pin(async move {
+            let _ = rx.await;
+        })
+    }
+}

@@ -1,0 +1,93 @@
+//! One dispatcher actor per topic: it owns the topic's stream and publishes its share of each
+//! batch with one deduplicating script call. [`Dispatchers`] is the topic registry that
+//! starts them on first use, under a supervisor, and replaces one whose mailbox closed.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use actix::{Actor, Addr, Context, Handler, ResponseFuture, Supervised, Supervisor};
+use uuid::Uuid;
+
+use super::messages::Publish;
+use crate::publish::{Outcome, PublishError, Publisher};
+
+/// Publishes one topic.
+pub struct Dispatcher {
+    topic: String,
+    publisher: Publisher,
+}
+
+impl Actor for Dispatcher {
+    type Context = Context<Self>;
+}
+
+impl Supervised for Dispatcher {
+    fn restarting(&mut self, _: &mut Context<Self>) {
+        tracing::warn!(topic = %self.topic, "dispatcher restarting");
+    }
+}
+
+impl Handler<Publish> for Dispatcher {
+    type Result = ResponseFuture<Result<Vec<(Uuid, Outcome)>, PublishError>>;
+
+    fn handle(&mut self, msg: Publish, _: &mut Context<Self>) -> Self::Result {
+        let publisher = self.publisher.clone();
+        let topic = self.topic.clone();
+        Box::pin(async move { publisher.publish(&topic, &msg.chains).await })
+    }
+}
+
+/// The topic registry: topic -> its dispatcher.
+#[derive(Clone)]
+pub struct Dispatchers {
+    publisher: Publisher,
+    by_topic: Arc<Mutex<HashMap<String, Addr<Dispatcher>>>>,
+}
+
+impl Dispatchers {
+    /// An empty registry; dispatchers start when their topic first shows up.
+    pub fn new(publisher: Publisher) -> Self {
+        Dispatchers {
+            publisher,
+            by_topic: Arc::new(Mutex::new(HashMap::new())),
+        }
+    }
+
+    /// The shared publisher (for readiness pings).
+    pub fn publisher(&self) -> &Publisher {
+        &self.publisher
+    }
+
+    /// The topic's dispatcher, started if missing or dead. Must run inside the actix system.
+    pub fn get(&self, topic: &str) -> Addr<Dispatcher> {
+        let mut map = match self.by_topic.lock() {
+            Ok(map) => map,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        if let Some(addr) = map.get(topic) {
+            if addr.connected() {
+                return addr.clone();
+            }
+        }
+        let dispatcher = Dispatcher {
+            topic: topic.to_string(),
+            publisher: self.publisher.clone(),
+        };
+        let addr = Supervisor::start(move |_| dispatcher);
+        map.insert(topic.to_string(), addr.clone());
+        addr
+    }
+
+    /// Publishes one topic's chains through its dispatcher.
+    pub async fn publish(
+        &self,
+        topic: &str,
+        msg: Publish,
+    ) -> Result<Vec<(Uuid, Outcome)>, PublishError> {
+        let addr = self.get(topic);
+        match addr.send(msg).await {
+            Ok(result) => result,
+            Err(e) => Err(PublishError::Outage(format!("dispatcher of {topic} is gone: {e}"))),
+        }
+    }
+}

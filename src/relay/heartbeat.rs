@@ -1,0 +1,54 @@
+//! Heartbeats: each replica upserts its row in `outbox_replicas` so the admin can list the
+//! replicas alive now; rows silent for ten intervals are pruned by whoever beats next.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use futures::future::BoxFuture;
+use futures::FutureExt;
+
+use super::periodic::Job;
+use crate::db::{replicas, DbError, Pool};
+
+/// This replica's identity and pool.
+#[derive(Clone)]
+pub struct Heartbeat {
+    /// The shared pool.
+    pub pool: Pool,
+    /// `instance_id`.
+    pub instance_id: String,
+    /// When this process started.
+    pub started_at: DateTime<Utc>,
+    /// `relay.heartbeat_interval`.
+    pub interval: Duration,
+}
+
+impl Heartbeat {
+    fn stale_ms(&self) -> i64 {
+        i64::try_from((self.interval * 10).as_millis()).unwrap_or(i64::MAX)
+    }
+
+    /// Removes this replica's row at graceful shutdown.
+    pub async fn leave(&self) -> Result<(), DbError> {
+        let mut conn = self.pool.get().await?;
+        replicas::forget(&mut conn, &self.instance_id).await
+    }
+}
+
+impl Job for Heartbeat {
+    const NAME: &'static str = "heartbeat";
+
+    fn interval(&self) -> Duration {
+        self.interval
+    }
+
+    fn run_once(&self) -> BoxFuture<'static, Result<(), DbError>> {
+        let me = self.clone();
+        async move {
+            let mut conn = me.pool.get().await?;
+            replicas::beat(&mut conn, &me.instance_id, crate::VERSION, me.started_at).await?;
+            replicas::prune(&mut conn, me.stale_ms()).await
+        }
+        .boxed()
+    }
+}

@@ -1,0 +1,46 @@
+//! The typed messages the actors exchange.
+
+use actix::Message;
+use uuid::Uuid;
+
+use crate::db::outbox::Failure;
+use crate::publish::{Outcome, PublishError, StreamEvent};
+
+/// "There may be work": sent by the listener on NOTIFY, by the poll timer, and by the retry
+/// scheduler when a retry comes due.
+#[derive(Debug, Clone, Copy, Message)]
+#[rtype(result = "()")]
+pub struct Wake;
+
+/// Asks the claimer to stop claiming; answered once the batch in hand is committed or
+/// rolled back (its row locks released), so another replica can take over at once.
+#[derive(Debug, Clone, Copy, Message)]
+#[rtype(result = "()")]
+pub struct Drain;
+
+/// One topic's share of a batch, for that topic's dispatcher.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "Result<Vec<(Uuid, Outcome)>, PublishError>")]
+pub struct Publish {
+    /// Chains in order: a key's run, or a single unkeyed event.
+    pub chains: Vec<Vec<StreamEvent>>,
+}
+
+/// An event that failed through its own fault, for the retry scheduler to decide on.
+#[derive(Debug, Clone)]
+pub struct Fault {
+    /// The event.
+    pub id: Uuid,
+    /// Failed attempts before this one.
+    pub attempts: i32,
+    /// The error, for a person.
+    pub error: String,
+}
+
+/// Asks the retry scheduler what to write for failed events (delay or dead).
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "Vec<Failure>")]
+pub struct PlanRetries {
+    /// The failures of one batch.
+    pub faults: Vec<Fault>,
+}

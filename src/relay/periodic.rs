@@ -1,0 +1,67 @@
+//! A supervised actor that runs one maintenance job on a timer, one run at a time.
+//!
+//! The retention cleaner, the heartbeat and the backlog sampler are each a [`Job`]: a config
+//! and a `run_once` returning a result. The actor only schedules; a failed run is logged and
+//! counted and the next tick tries again, so an outage never turns into a restart loop.
+
+use std::time::Duration;
+
+use actix::{Actor, ActorFutureExt, AsyncContext, Context, Supervised, WrapFuture};
+use futures::future::BoxFuture;
+
+use crate::db::DbError;
+
+/// One maintenance duty.
+pub trait Job: Clone + Unpin + 'static {
+    /// For logs and metrics.
+    const NAME: &'static str;
+    /// Time between runs.
+    fn interval(&self) -> Duration;
+    /// One run.
+    fn run_once(&self) -> BoxFuture<'static, Result<(), DbError>>;
+}
+
+/// Runs `J` every `J::interval()`.
+pub struct Periodic<J: Job> {
+    job: J,
+    running: bool,
+}
+
+impl<J: Job> Periodic<J> {
+    /// An actor for `job`.
+    pub fn new(job: J) -> Self {
+        Periodic {
+            job,
+            running: false,
+        }
+    }
+
+    fn tick(&mut self, ctx: &mut Context<Self>) {
+        if self.running {
+            return;
+        }
+        self.running = true;
+        let run = self.job.run_once();
+        ctx.spawn(run.into_actor(self).map(|result, act, _| {
+            act.running = false;
+            if let Err(error) = result {
+                crate::telemetry::job_failed(J::NAME, &error);
+            }
+        }));
+    }
+}
+
+impl<J: Job> Actor for Periodic<J> {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        self.tick(ctx);
+        ctx.run_interval(self.job.interval(), |act, ctx| act.tick(ctx));
+    }
+}
+
+impl<J: Job> Supervised for Periodic<J> {
+    fn restarting(&mut self, _: &mut Context<Self>) {
+        self.running = false;
+    }
+}

@@ -1,0 +1,121 @@
+//! Telemetry as functions: each event of interest logs and counts in one place, so logs and
+//! metrics never drift apart. Metrics use the `metrics` facade with the Prometheus exporter
+//! (rendered by `/metrics`; no extra HTTP listener).
+
+use std::time::Duration;
+
+use metrics::{counter, gauge, histogram};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use uuid::Uuid;
+
+use crate::db::outbox::Backlog;
+use crate::db::DbError;
+use crate::relay::cycle::{CycleError, CycleReport};
+
+const LATENCY_BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+];
+
+/// Installs the global metrics recorder; returns the handle `/metrics` renders.
+pub fn install_metrics() -> Option<PrometheusHandle> {
+    let builder = PrometheusBuilder::new()
+        .set_buckets_for_metric(
+            Matcher::Full("outbox_publish_duration_seconds".into()),
+            LATENCY_BUCKETS,
+        )
+        .and_then(|b| {
+            b.set_buckets_for_metric(
+                Matcher::Full("outbox_event_latency_seconds".into()),
+                LATENCY_BUCKETS,
+            )
+        });
+    let handle = builder.ok()?.install_recorder().ok()?;
+    metrics::describe_counter!("outbox_events_published_total", "Events appended to their stream");
+    metrics::describe_gauge!("outbox_events_pending", "Events not yet published and not dead");
+    metrics::describe_gauge!("outbox_events_dead", "Dead-lettered events");
+    metrics::describe_gauge!(
+        "outbox_oldest_pending_age_seconds",
+        "Age of the oldest pending event"
+    );
+    metrics::describe_histogram!(
+        "outbox_publish_duration_seconds",
+        "Duration of one claim-publish-commit transaction"
+    );
+    metrics::describe_histogram!(
+        "outbox_event_latency_seconds",
+        "From the event's insert to its stream entry"
+    );
+    gauge!("outbox_events_pending").set(0.0);
+    gauge!("outbox_events_dead").set(0.0);
+    gauge!("outbox_oldest_pending_age_seconds").set(0.0);
+    Some(handle)
+}
+
+/// A claim cycle committed.
+pub fn cycle_done(report: &CycleReport) {
+    if report.claimed == 0 {
+        return;
+    }
+    histogram!("outbox_publish_duration_seconds").record(report.elapsed.as_secs_f64());
+    for (topic, n) in &report.published {
+        counter!("outbox_events_published_total", "topic" => topic.clone()).increment(*n);
+    }
+    for latency in &report.latencies {
+        histogram!("outbox_event_latency_seconds").record(latency.as_secs_f64());
+    }
+    if report.duplicates > 0 {
+        counter!("outbox_events_duplicate_total").increment(report.duplicates as u64);
+    }
+    tracing::debug!(
+        claimed = report.claimed,
+        failed = report.failed,
+        deferred = report.deferred,
+        duplicates = report.duplicates,
+        elapsed_ms = report.elapsed.as_millis() as u64,
+        "batch committed"
+    );
+}
+
+/// A claim cycle rolled back (an outage: no attempt consumed).
+pub fn cycle_failed(error: &CycleError, streak: u32) {
+    counter!("outbox_outage_cycles_total").increment(1);
+    if streak == 1 || streak.is_power_of_two() {
+        tracing::warn!(streak, "claim cycle failed, backing off: {error}");
+    }
+}
+
+/// Cycles succeed again after an outage.
+pub fn outage_over(streak: u32) {
+    tracing::info!(failed_cycles = streak, "relay recovered");
+}
+
+/// An event failed through its own fault and will be retried.
+pub fn event_failed(id: &Uuid, error: &str, delay: Duration) {
+    counter!("outbox_events_failed_total").increment(1);
+    tracing::warn!(event = %id, retry_in_ms = delay.as_millis() as u64, "publish failed: {error}");
+}
+
+/// An event was dead-lettered.
+pub fn event_dead(id: &Uuid, error: &str) {
+    counter!("outbox_events_dead_lettered_total").increment(1);
+    tracing::error!(event = %id, "event dead-lettered: {error}");
+}
+
+/// A maintenance job failed; it runs again on its next tick.
+pub fn job_failed(job: &'static str, error: &DbError) {
+    counter!("outbox_job_failures_total", "job" => job).increment(1);
+    tracing::warn!(job, "{error}");
+}
+
+/// Retention removed rows.
+pub fn retention_deleted(rows: usize) {
+    counter!("outbox_retention_deleted_total").increment(rows as u64);
+    tracing::debug!(rows, "retention deleted published rows");
+}
+
+/// A fresh backlog sample.
+pub fn backlog(b: &Backlog) {
+    gauge!("outbox_events_pending").set(b.pending as f64);
+    gauge!("outbox_events_dead").set(b.dead as f64);
+    gauge!("outbox_oldest_pending_age_seconds").set(b.oldest_pending_age_seconds);
+}
