@@ -52,8 +52,8 @@ pub async fn run_until(
         lease: settings.relay.lease,
     };
     let pool = db::pool::build(&url, settings.database.pool_size, limits);
-    let conn = Publisher::connect(&settings.redis.url, settings.redis.timeout)
-        .context("redis.url")?;
+    let conn =
+        Publisher::connect(&settings.redis.url, settings.redis.timeout).context("redis.url")?;
     let publisher = Publisher::new(
         conn,
         PublisherConfig {
@@ -72,7 +72,8 @@ pub async fn run_until(
         health: health.clone(),
         metrics,
     };
-    let server = admin::serve(state, addr).with_context(|| format!("cannot listen on admin.addr {addr}"))?;
+    let server =
+        admin::serve(state, addr).with_context(|| format!("cannot listen on admin.addr {addr}"))?;
     let server_handle = server.handle();
     let server_task = actix_rt::spawn(server);
     let relay = relay::start(&settings, &url, pool, publisher, health.clone());
@@ -97,7 +98,10 @@ pub async fn shutdown_signal() {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};
-        match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
+        match (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) {
             (Ok(mut term), Ok(mut int)) => {
                 tokio::select! {
                     _ = term.recv() => {},

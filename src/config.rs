@@ -34,7 +34,7 @@ impl ConfigError {
 }
 
 /// All settings. Every field maps to a TOML path and to `OUTBOX__SECTION__KEY`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Settings {
     /// Postgres: where the outbox table lives.
@@ -141,20 +141,6 @@ pub struct RelaySettings {
     pub heartbeat_interval: Duration,
 }
 
-impl Default for Settings {
-    fn default() -> Self {
-        Settings {
-            database: DatabaseSettings::default(),
-            redis: RedisSettings::default(),
-            admin: AdminSettings::default(),
-            retry: RetrySettings::default(),
-            retention: RetentionSettings::default(),
-            relay: RelaySettings::default(),
-            instance_id: None,
-        }
-    }
-}
-
 impl Default for DatabaseSettings {
     fn default() -> Self {
         DatabaseSettings {
@@ -251,7 +237,11 @@ impl Settings {
         }
         figment = figment
             .merge(Env::prefixed("OUTBOX__").split("__"))
-            .merge(Env::raw().only(&["DATABASE_URL"]).map(|_| "database.url".into()))
+            .merge(
+                Env::raw()
+                    .only(&["DATABASE_URL"])
+                    .map(|_| "database.url".into()),
+            )
             .merge(Env::raw().only(&["REDIS_URL"]).map(|_| "redis.url".into()));
         let flags = [
             ("database.url", &overrides.database_url),
@@ -302,10 +292,7 @@ impl Settings {
             return Err(ConfigError::new("retry.base", "must be > 0"));
         }
         if self.retry.max < self.retry.base {
-            return Err(ConfigError::new(
-                "retry.max",
-                "must be at least retry.base",
-            ));
+            return Err(ConfigError::new("retry.max", "must be at least retry.base"));
         }
         if self.relay.lease < Duration::from_secs(1) {
             return Err(ConfigError::new("relay.lease", "must be at least 1s"));
@@ -342,7 +329,10 @@ impl Settings {
         }
         if let Some(id) = &self.instance_id {
             if id.is_empty() || id.len() > 255 {
-                return Err(ConfigError::new("instance_id", "must be 1 to 255 characters"));
+                return Err(ConfigError::new(
+                    "instance_id",
+                    "must be 1 to 255 characters",
+                ));
             }
         }
         Ok(())
@@ -351,7 +341,10 @@ impl Settings {
     /// The database URL, required by the commands that touch Postgres.
     pub fn database_url(&self) -> Result<&str, ConfigError> {
         self.database.url.as_deref().ok_or_else(|| {
-            ConfigError::new("database.url", "is required (set DATABASE_URL or --database-url)")
+            ConfigError::new(
+                "database.url",
+                "is required (set DATABASE_URL or --database-url)",
+            )
         })
     }
 
@@ -392,7 +385,10 @@ fn validate_postgres_url(raw: &str) -> Result<(), ConfigError> {
     if !matches!(parsed.scheme(), "postgres" | "postgresql") {
         return Err(ConfigError::new(
             "database.url",
-            format!("scheme must be postgres:// or postgresql://, not {}://", parsed.scheme()),
+            format!(
+                "scheme must be postgres:// or postgresql://, not {}://",
+                parsed.scheme()
+            ),
         ));
     }
     Ok(())
@@ -403,11 +399,13 @@ fn from_figment(error: figment::Error) -> ConfigError {
     let mut path = error.path.join(".");
     let message = match &error.kind {
         Kind::UnknownField(field, _) => {
-            path = if path.is_empty() {
-                field.clone()
-            } else {
-                format!("{path}.{field}")
-            };
+            if !error.path.last().is_some_and(|last| last == field) {
+                path = if path.is_empty() {
+                    field.clone()
+                } else {
+                    format!("{path}.{field}")
+                };
+            }
             "unknown setting".to_string()
         }
         other => other.to_string(),

@@ -42,10 +42,11 @@ pub async fn create_database(url: &str) -> anyhow::Result<()> {
         #[allow(dead_code)]
         one: i32,
     }
-    let found: Vec<Found> = diesel::sql_query("SELECT 1 AS one FROM pg_database WHERE datname = $1")
-        .bind::<Text, _>(&name)
-        .load(&mut conn)
-        .await?;
+    let found: Vec<Found> =
+        diesel::sql_query("SELECT 1 AS one FROM pg_database WHERE datname = $1")
+            .bind::<Text, _>(&name)
+            .load(&mut conn)
+            .await?;
     if found.is_empty() {
         let quoted = name.replace('"', "\"\"");
         conn.batch_execute(&format!("CREATE DATABASE \"{quoted}\""))
@@ -58,7 +59,10 @@ pub async fn create_database(url: &str) -> anyhow::Result<()> {
 
 fn sample(n: u64, rng: &mut impl Rng) -> NewEvent {
     if n % 97 == 13 {
-        return NewEvent::new(POISON_TOPIC, serde_json::json!({"n": n, "note": "its stream key is not a stream"}));
+        return NewEvent::new(
+            POISON_TOPIC,
+            serde_json::json!({"n": n, "note": "its stream key is not a stream"}),
+        );
     }
     let topic = TOPICS[(n % TOPICS.len() as u64) as usize];
     let entity = rng.random_range(1..=40);
@@ -68,11 +72,15 @@ fn sample(n: u64, rng: &mut impl Rng) -> NewEvent {
         "amount_cents": rng.random_range(100..100_000),
         "note": "<b>payloads are data, never markup</b>",
     });
-    let event = NewEvent::new(topic, payload).headers(serde_json::json!({"content-type": "application/json"}));
+    let event = NewEvent::new(topic, payload)
+        .headers(serde_json::json!({"content-type": "application/json"}));
     if n % 5 == 0 {
         event
     } else {
-        event.key(format!("{}-{entity}", topic.split('.').next().unwrap_or("entity")))
+        event.key(format!(
+            "{}-{entity}",
+            topic.split('.').next().unwrap_or("entity")
+        ))
     }
 }
 
@@ -127,7 +135,10 @@ pub async fn run(settings: Settings, rate: u32) -> anyhow::Result<()> {
     println!("outbox-relay demo");
     println!("  database : {url}");
     println!("  admin    : http://{addr}/  (health /healthz, /readyz; metrics /metrics)");
-    println!("  producing: {rate} events/s on {} plus a few poison events on {POISON_TOPIC}", TOPICS.join(", "));
+    println!(
+        "  producing: {rate} events/s on {} plus a few poison events on {POISON_TOPIC}",
+        TOPICS.join(", ")
+    );
     println!(
         "  read     : redis-cli XRANGE {}order.created - + COUNT 5",
         settings.redis.stream_prefix

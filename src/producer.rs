@@ -92,7 +92,10 @@ pub fn valid_topic(topic: &str) -> bool {
 }
 
 /// Inserts one event; returns its id.
-pub async fn enqueue(conn: &mut AsyncPgConnection, event: &NewEvent) -> Result<Uuid, ProducerError> {
+pub async fn enqueue(
+    conn: &mut AsyncPgConnection,
+    event: &NewEvent,
+) -> Result<Uuid, ProducerError> {
     let ids = enqueue_many(conn, std::slice::from_ref(event)).await?;
     ids.into_iter()
         .next()

@@ -30,8 +30,14 @@ pub fn install_metrics() -> Option<PrometheusHandle> {
             )
         });
     let handle = builder.ok()?.install_recorder().ok()?;
-    metrics::describe_counter!("outbox_events_published_total", "Events appended to their stream");
-    metrics::describe_gauge!("outbox_events_pending", "Events not yet published and not dead");
+    metrics::describe_counter!(
+        "outbox_events_published_total",
+        "Events appended to their stream"
+    );
+    metrics::describe_gauge!(
+        "outbox_events_pending",
+        "Events not yet published and not dead"
+    );
     metrics::describe_gauge!("outbox_events_dead", "Dead-lettered events");
     metrics::describe_gauge!(
         "outbox_oldest_pending_age_seconds",

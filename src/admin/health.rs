@@ -43,7 +43,11 @@ pub async fn readyz(state: web::Data<AdminState>) -> HttpResponse {
 
 /// Prometheus text exposition.
 pub async fn metrics(state: web::Data<AdminState>) -> HttpResponse {
-    let body = state.metrics.as_ref().map(|m| m.render()).unwrap_or_default();
+    let body = state
+        .metrics
+        .as_ref()
+        .map(|m| m.render())
+        .unwrap_or_default();
     HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4")
         .body(body)

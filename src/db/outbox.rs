@@ -51,7 +51,10 @@ const COLUMNS: &str = "o.id, o.seq, o.topic, o.partition_key, o.payload::text AS
 
 /// Locks up to `limit` claimable events, oldest first, skipping rows locked elsewhere.
 /// Claimable: pending, due, topic not paused, and no earlier pending event of the same key.
-pub async fn claim_heads(conn: &mut AsyncPgConnection, limit: i64) -> Result<Vec<ClaimedRow>, DbError> {
+pub async fn claim_heads(
+    conn: &mut AsyncPgConnection,
+    limit: i64,
+) -> Result<Vec<ClaimedRow>, DbError> {
     let sql = format!(
         "SELECT {COLUMNS} FROM outbox o
          WHERE o.published_at IS NULL AND o.dead_at IS NULL AND o.available_at <= now()
@@ -115,7 +118,10 @@ pub async fn mark_published(conn: &mut AsyncPgConnection, ids: &[Uuid]) -> Resul
 }
 
 /// Deletes events that reached their stream (retention `published_for = 0s`).
-pub async fn delete_published(conn: &mut AsyncPgConnection, ids: &[Uuid]) -> Result<usize, DbError> {
+pub async fn delete_published(
+    conn: &mut AsyncPgConnection,
+    ids: &[Uuid],
+) -> Result<usize, DbError> {
     if ids.is_empty() {
         return Ok(0);
     }
@@ -139,7 +145,10 @@ pub struct Failure {
 }
 
 /// Records failures: attempts + 1, `last_error`, and either a later `available_at` or `dead_at`.
-pub async fn schedule_retry(conn: &mut AsyncPgConnection, failures: &[Failure]) -> Result<usize, DbError> {
+pub async fn schedule_retry(
+    conn: &mut AsyncPgConnection,
+    failures: &[Failure],
+) -> Result<usize, DbError> {
     if failures.is_empty() {
         return Ok(0);
     }

@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use diesel::ConnectionError;
 use diesel_async::pooled_connection::bb8::PooledConnection;
-use diesel_async::pooled_connection::{AsyncDieselConnectionManager, ManagerConfig, RecyclingMethod};
+use diesel_async::pooled_connection::{
+    AsyncDieselConnectionManager, ManagerConfig, RecyclingMethod,
+};
 use diesel_async::{AsyncConnection, AsyncPgConnection, SimpleAsyncConnection};
 use futures::FutureExt;
 
@@ -74,7 +76,10 @@ impl SessionLimits {
 }
 
 /// Opens one connection on the driver runtime with the session limits applied.
-pub async fn establish(url: &str, limits: SessionLimits) -> Result<AsyncPgConnection, ConnectionError> {
+pub async fn establish(
+    url: &str,
+    limits: SessionLimits,
+) -> Result<AsyncPgConnection, ConnectionError> {
     let url = url.to_string();
     let setup = limits.sql();
     let task = driver_runtime().spawn(async move {

@@ -37,18 +37,21 @@ pub async fn lock_and_find_paused(
     .execute(conn)
     .await?;
     // A new statement, so a new snapshot: it sees a pause that committed while we waited.
-    let paused: Vec<TopicName> = diesel::sql_query(
-        "SELECT topic FROM outbox_topics WHERE paused AND topic = ANY($1)",
-    )
-    .bind::<Array<Text>, _>(topics)
-    .load(conn)
-    .await?;
+    let paused: Vec<TopicName> =
+        diesel::sql_query("SELECT topic FROM outbox_topics WHERE paused AND topic = ANY($1)")
+            .bind::<Array<Text>, _>(topics)
+            .load(conn)
+            .await?;
     Ok(paused.into_iter().map(|t| t.topic).collect())
 }
 
 /// Pauses or resumes a topic (a topic with no events yet gets a row too). Returns after every
 /// in-flight batch of the topic has committed.
-pub async fn set_paused(conn: &mut AsyncPgConnection, topic: &str, paused: bool) -> Result<(), DbError> {
+pub async fn set_paused(
+    conn: &mut AsyncPgConnection,
+    topic: &str,
+    paused: bool,
+) -> Result<(), DbError> {
     let topic = topic.to_string();
     conn.transaction::<_, DbError, _>(async |c| {
         diesel::sql_query("SELECT pg_advisory_xact_lock(hashtextextended($1, $2))")

@@ -51,7 +51,10 @@ mod tests {
 
     #[test]
     fn stream_key_is_prefix_and_topic() {
-        assert_eq!(stream_key("outbox:", "order.created"), "outbox:order.created");
+        assert_eq!(
+            stream_key("outbox:", "order.created"),
+            "outbox:order.created"
+        );
     }
 
     #[test]

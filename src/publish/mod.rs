@@ -161,8 +161,7 @@ impl Publisher {
         }
         if !sent.is_empty() {
             let now = Utc::now().timestamp().max(0) as u64;
-            let (current, previous) =
-                keys::dedup_keys(&stream, self.config.dedup_window, now);
+            let (current, previous) = keys::dedup_keys(&stream, self.config.dedup_window, now);
             let mut invocation = script::PUBLISH.prepare_invoke();
             invocation
                 .key(&stream)

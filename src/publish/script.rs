@@ -74,6 +74,8 @@ pub fn parse_reply(reply: &str) -> Result<Outcome, PublishError> {
     match reply {
         "dup" => Ok(Outcome::Duplicate),
         "skip" => Ok(Outcome::Skipped),
-        other => Err(PublishError::Outage(format!("unexpected script reply {other:?}"))),
+        other => Err(PublishError::Outage(format!(
+            "unexpected script reply {other:?}"
+        ))),
     }
 }

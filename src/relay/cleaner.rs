@@ -29,7 +29,13 @@ pub async fn run_once(cleaner: &Cleaner) -> Result<Option<usize>, DbError> {
     let mut total = 0;
     loop {
         let mut conn = cleaner.pool.get().await?;
-        match outbox::delete_published_before(&mut conn, older_than_ms, i64::from(cleaner.batch_size)).await? {
+        match outbox::delete_published_before(
+            &mut conn,
+            older_than_ms,
+            i64::from(cleaner.batch_size),
+        )
+        .await?
+        {
             None => return Ok(None),
             Some(n) => {
                 total += n;

@@ -163,7 +163,9 @@ async fn claim_and_publish(
             per_topic.push((first.topic.clone(), Vec::new()));
             per_topic.len() - 1
         });
-        per_topic[slot].1.push(chain.iter().map(to_stream_event).collect());
+        per_topic[slot]
+            .1
+            .push(chain.iter().map(to_stream_event).collect());
     }
 
     let calls = per_topic.into_iter().map(|(topic, chains)| async move {

@@ -87,7 +87,9 @@ impl Dispatchers {
         let addr = self.get(topic);
         match addr.send(msg).await {
             Ok(result) => result,
-            Err(e) => Err(PublishError::Outage(format!("dispatcher of {topic} is gone: {e}"))),
+            Err(e) => Err(PublishError::Outage(format!(
+                "dispatcher of {topic} is gone: {e}"
+            ))),
         }
     }
 }

@@ -3,7 +3,9 @@
 //! restarts it, it reconnects, LISTENs again and wakes the claimer once to catch up on
 //! anything committed while it was away.
 
-use actix::{Actor, ActorContext, ActorFutureExt, AsyncContext, Context, Recipient, Supervised, WrapFuture};
+use actix::{
+    Actor, ActorContext, ActorFutureExt, AsyncContext, Context, Recipient, Supervised, WrapFuture,
+};
 use diesel_async::SimpleAsyncConnection;
 use futures::StreamExt;
 

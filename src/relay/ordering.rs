@@ -57,9 +57,9 @@ pub fn assemble<E: Claimed>(mut heads: Vec<E>, mut followers: Vec<E>) -> Vec<Vec
 pub fn is_claimable<E: Claimed>(event: &E, pending: &[E]) -> bool {
     match event.key() {
         None => true,
-        Some(key) => !pending.iter().any(|p| {
-            p.topic() == event.topic() && p.key() == Some(key) && p.seq() < event.seq()
-        }),
+        Some(key) => !pending
+            .iter()
+            .any(|p| p.topic() == event.topic() && p.key() == Some(key) && p.seq() < event.seq()),
     }
 }
 
@@ -108,15 +108,25 @@ mod tests {
         let followers = vec![ev("t", Some("k"), 2), late, ev("t", Some("k"), 4)];
         let chains = assemble(heads, followers);
         assert_eq!(chains.len(), 1);
-        assert_eq!(chains[0].iter().map(|e| e.seq).collect::<Vec<_>>(), vec![1, 2]);
+        assert_eq!(
+            chains[0].iter().map(|e| e.seq).collect::<Vec<_>>(),
+            vec![1, 2]
+        );
     }
 
     #[test]
     fn same_key_on_other_topic_is_another_chain() {
-        let heads = vec![ev("a", Some("k"), 1), ev("b", Some("k"), 2), ev("a", None, 3)];
+        let heads = vec![
+            ev("a", Some("k"), 1),
+            ev("b", Some("k"), 2),
+            ev("a", None, 3),
+        ];
         let followers = vec![ev("b", Some("k"), 5), ev("a", Some("k"), 4)];
         let chains = assemble(heads, followers);
-        let seqs: Vec<Vec<i64>> = chains.iter().map(|c| c.iter().map(|e| e.seq).collect()).collect();
+        let seqs: Vec<Vec<i64>> = chains
+            .iter()
+            .map(|c| c.iter().map(|e| e.seq).collect())
+            .collect();
         assert_eq!(seqs, vec![vec![1, 4], vec![2, 5], vec![3]]);
     }
 

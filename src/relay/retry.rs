@@ -4,7 +4,9 @@
 
 use std::time::{Duration, Instant};
 
-use actix::{Actor, AsyncContext, Context, Handler, MessageResult, Recipient, SpawnHandle, Supervised};
+use actix::{
+    Actor, AsyncContext, Context, Handler, MessageResult, Recipient, SpawnHandle, Supervised,
+};
 use rand::Rng;
 
 use super::backoff;
@@ -32,7 +34,9 @@ impl RetryScheduler {
 
 /// The decision for one failure: pure, given the random draw.
 pub fn plan(settings: &RetrySettings, attempts_before: i32, unit: f64) -> (bool, Duration) {
-    let attempts = u32::try_from(attempts_before.max(0)).unwrap_or(0).saturating_add(1);
+    let attempts = u32::try_from(attempts_before.max(0))
+        .unwrap_or(0)
+        .saturating_add(1);
     if attempts >= settings.max_attempts {
         return (true, Duration::ZERO);
     }

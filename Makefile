@@ -1,0 +1,32 @@
+# outbox-relay: the targets a developer and CI use. `make help` lists them.
+SHELL := /bin/bash
+PG_HOST ?= 127.0.0.1
+REDIS_PORT ?= 6379
+
+.PHONY: help services build demo test lint fmt clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
+
+services: ## make sure Postgres (5432) and Redis (6379) run locally: start them, or install them with apt
+	@bash scripts/services.sh
+
+build: ## compile the binary (debug)
+	cargo build
+
+demo: services ## run the product on local defaults: its own database, sample events, admin at http://127.0.0.1:8080
+	cargo run --quiet -- demo
+
+test: services ## run every test against the local Postgres and Redis
+	cargo build --all-targets
+	cargo test --no-fail-fast -- --test-threads=4
+
+lint: ## formatting and clippy, warnings as errors
+	cargo fmt --all -- --check
+	cargo clippy --all-targets -- -D warnings
+
+fmt: ## format the code
+	cargo fmt --all
+
+clean: ## remove build output
+	cargo clean

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Makes sure the local services the product and its tests need are running:
+# PostgreSQL on 127.0.0.1:5432 (trust auth, user postgres) and Redis on 127.0.0.1:6379.
+# Starts them when stopped, installs them with apt when absent. Never stops or flushes them.
+set -euo pipefail
+
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+apt_updated=0
+apt_install() {
+  if [ "$apt_updated" = 0 ]; then as_root apt-get update -qq; apt_updated=1; fi
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq "$@"
+}
+
+pg_up() { pg_isready -h 127.0.0.1 -p 5432 -q 2>/dev/null; }
+redis_up() { redis-cli -h 127.0.0.1 -p 6379 ping 2>/dev/null | grep -q PONG; }
+
+if ! command -v pg_ctlcluster >/dev/null 2>&1 || ! ls /etc/postgresql/*/main >/dev/null 2>&1; then
+  echo "services: installing PostgreSQL"
+  apt_install postgresql postgresql-client
+fi
+if ! pg_up; then
+  echo "services: starting PostgreSQL"
+  ver=$(ls /etc/postgresql | sort -V | tail -n1)
+  as_root pg_ctlcluster --skip-systemctl-redirect "$ver" main start || true
+  for _ in $(seq 1 30); do pg_up && break; sleep 1; done
+fi
+pg_up || { echo "services: PostgreSQL is not reachable on 127.0.0.1:5432" >&2; exit 1; }
+# Trust auth for local TCP connections as postgres: what the demo and tests connect with.
+if ! psql -h 127.0.0.1 -U postgres -d postgres -tAc 'select 1' >/dev/null 2>&1; then
+  echo "services: enabling trust auth for 127.0.0.1"
+  ver=$(ls /etc/postgresql | sort -V | tail -n1)
+  hba=/etc/postgresql/$ver/main/pg_hba.conf
+  as_root sed -i '1i host all all 127.0.0.1/32 trust\nhost all all ::1/128 trust' "$hba"
+  as_root pg_ctlcluster --skip-systemctl-redirect "$ver" main reload
+  sleep 1
+fi
+
+if ! command -v redis-server >/dev/null 2>&1; then
+  echo "services: installing Redis"
+  apt_install redis-server
+fi
+if ! redis_up; then
+  echo "services: starting Redis"
+  mkdir -p /var/lib/redis /var/log/redis 2>/dev/null || true
+  redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save "" --appendonly no \
+    --dir /var/lib/redis --logfile /var/log/redis/ci.log
+  for _ in $(seq 1 30); do redis_up && break; sleep 0.5; done
+fi
+redis_up || { echo "services: Redis is not reachable on 127.0.0.1:6379" >&2; exit 1; }
+echo "services: PostgreSQL and Redis are up"
