@@ -399,7 +399,7 @@ fn from_figment(error: figment::Error) -> ConfigError {
     let mut path = error.path.join(".");
     let message = match &error.kind {
         Kind::UnknownField(field, _) => {
-            if !error.path.last().is_some_and(|last| last == field) {
+            if error.path.last().is_none_or(|last| last != field) {
                 path = if path.is_empty() {
                     field.clone()
                 } else {
