@@ -50,6 +50,7 @@ pub struct Settings {
     /// The claim loop.
     pub relay: RelaySettings,
     /// This replica's name in heartbeats and logs; defaults to the host name.
+    #[serde(deserialize_with = "lenient::opt_string")]
     pub instance_id: Option<String>,
 }
 
@@ -58,6 +59,7 @@ pub struct Settings {
 #[serde(deny_unknown_fields, default)]
 pub struct DatabaseSettings {
     /// `postgres://user@host:port/db`; required by `run` and `migrate`.
+    #[serde(deserialize_with = "lenient::opt_string")]
     pub url: Option<String>,
     /// Pooled connections per replica (the claim loop, maintenance and the admin share them).
     pub pool_size: u32,
@@ -70,6 +72,7 @@ pub struct RedisSettings {
     /// `redis://host:port/db`.
     pub url: String,
     /// Stream key of a topic is `<stream_prefix><topic>`.
+    #[serde(deserialize_with = "lenient::string")]
     pub stream_prefix: String,
     /// How long an event id is remembered to refuse a second XADD of the same event.
     #[serde(with = "humantime_serde")]
@@ -90,6 +93,7 @@ pub struct AdminSettings {
     /// Listen address, `host:port`.
     pub addr: String,
     /// Bearer token for the API and the UI login; without one, only loopback is served.
+    #[serde(deserialize_with = "lenient::opt_string")]
     pub token: Option<String>,
 }
 
@@ -379,6 +383,87 @@ impl Settings {
     }
 }
 
+/// Environment values arrive typed (`OUTBOX__ADMIN__TOKEN=123456` is a number to figment):
+/// text settings take them as the text they were written as.
+mod lenient {
+    use serde::de::{self, Deserializer, Visitor};
+    use std::fmt;
+
+    struct Text;
+
+    impl Visitor<'_> for Text {
+        type Value = String;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a string")
+        }
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<String, E> {
+            Ok(v.to_string())
+        }
+        fn visit_string<E: de::Error>(self, v: String) -> Result<String, E> {
+            Ok(v)
+        }
+        fn visit_i64<E: de::Error>(self, v: i64) -> Result<String, E> {
+            Ok(v.to_string())
+        }
+        fn visit_u64<E: de::Error>(self, v: u64) -> Result<String, E> {
+            Ok(v.to_string())
+        }
+        fn visit_f64<E: de::Error>(self, v: f64) -> Result<String, E> {
+            Ok(v.to_string())
+        }
+        fn visit_bool<E: de::Error>(self, v: bool) -> Result<String, E> {
+            Ok(v.to_string())
+        }
+        fn visit_char<E: de::Error>(self, v: char) -> Result<String, E> {
+            Ok(v.to_string())
+        }
+    }
+
+    pub(super) fn string<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+        d.deserialize_any(Text)
+    }
+
+    struct OptText;
+
+    impl<'de> Visitor<'de> for OptText {
+        type Value = Option<String>;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a string")
+        }
+        fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+            d.deserialize_any(Text).map(Some)
+        }
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+            Text.visit_str(v).map(Some)
+        }
+        fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
+            Ok(Some(v))
+        }
+        fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
+            Text.visit_i64(v).map(Some)
+        }
+        fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+            Text.visit_u64(v).map(Some)
+        }
+        fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
+            Text.visit_f64(v).map(Some)
+        }
+        fn visit_bool<E: de::Error>(self, v: bool) -> Result<Self::Value, E> {
+            Text.visit_bool(v).map(Some)
+        }
+    }
+
+    pub(super) fn opt_string<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+        d.deserialize_option(OptText)
+    }
+}
+
 fn validate_postgres_url(raw: &str) -> Result<(), ConfigError> {
     let parsed =
         url::Url::parse(raw).map_err(|e| ConfigError::new("database.url", e.to_string()))?;
@@ -471,6 +556,17 @@ mod tests {
         let err = Settings::load(Settings::default(), Some(&path), &Overrides::default())
             .expect_err("must fail");
         assert_eq!(err.setting, "retry.basee");
+    }
+
+    #[test]
+    fn numeric_text_settings_are_text() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("c.toml");
+        std::fs::write(&path, "instance_id = 42\n[admin]\ntoken = 123456\n").expect("write");
+        let s =
+            Settings::load(Settings::default(), Some(&path), &Overrides::default()).expect("load");
+        assert_eq!(s.instance_id.as_deref(), Some("42"));
+        assert_eq!(s.admin.token.as_deref(), Some("123456"));
     }
 
     #[test]

@@ -1,5 +1,5 @@
-//! `/healthz` (the process is up), `/readyz` (Postgres and Redis answer now, and the process
-//! is not stopping) and `/metrics` (Prometheus text format). Open to all, no token.
+//! `/healthz` (the process is up), `/readyz` (Postgres and Redis answer now, the last claim
+//! cycle succeeded, and the process is not stopping) and `/metrics` (Prometheus text format). Open to all, no token.
 
 use std::time::Duration;
 
@@ -28,13 +28,14 @@ async fn postgres_ok(state: &AdminState) -> bool {
 pub async fn readyz(state: web::Data<AdminState>) -> HttpResponse {
     let (postgres, redis) = futures::join!(postgres_ok(&state), state.publisher.ping());
     let stopping = state.health.stopping();
+    let relay = state.health.relay_ok();
     let body = serde_json::json!({
         "postgres": postgres,
         "redis": redis,
-        "relay": state.health.relay_ok(),
+        "relay": relay,
         "stopping": stopping,
     });
-    if postgres && redis && !stopping {
+    if postgres && redis && relay && !stopping {
         HttpResponse::Ok().json(body)
     } else {
         HttpResponse::ServiceUnavailable().json(body)
@@ -51,4 +52,15 @@ pub async fn metrics(state: web::Data<AdminState>) -> HttpResponse {
     HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4")
         .body(body)
+}
+
+/// A plain index of what the server offers, until the web UI lands.
+pub async fn index() -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("text/html; charset=utf-8")
+        .body(
+            "<!doctype html><title>outbox-relay</title><h1>outbox-relay</h1><ul>\
+         <li><a href=\"/healthz\">/healthz</a></li><li><a href=\"/readyz\">/readyz</a></li>\
+         <li><a href=\"/metrics\">/metrics</a></li></ul>",
+        )
 }

@@ -28,7 +28,8 @@ pub struct AdminState {
 
 /// Every route of the admin server.
 pub fn routes(cfg: &mut web::ServiceConfig) {
-    cfg.route("/healthz", web::get().to(health::healthz))
+    cfg.route("/", web::get().to(health::index))
+        .route("/healthz", web::get().to(health::healthz))
         .route("/readyz", web::get().to(health::readyz))
         .route("/metrics", web::get().to(health::metrics));
 }

@@ -1,9 +1,10 @@
 //! Redis key names: the topic's stream and its dedup sets.
 //!
 //! Dedup memory is bounded by time buckets: ids written during bucket `b` (of length
-//! `dedup_window`) go into the set of bucket `b`, and each publish checks buckets `b` and
-//! `b - 1`. An id is therefore remembered for at least one full window and at most two, and
-//! each set expires on its own. Each member is the id's 16 raw bytes (about 60 bytes of Redis
+//! `dedup_window`) go into the set of bucket `b`, and each publish checks buckets `b - 1`,
+//! `b` and `b + 1`. An id is therefore remembered for at least one full window, also by a
+//! replica whose clock is off by less than a window, and each set expires on its own one
+//! window after its last write, so at most two buckets hold data. Each member is the id's 16 raw bytes (about 60 bytes of Redis
 //! memory per event), so the memory is about `rate x 2 x window x 60 B` per topic.
 //! Every dedup key carries the stream key's hash slot, so the script's keys share a slot on
 //! Redis Cluster.
@@ -29,20 +30,23 @@ fn slot_tag(stream: &str) -> String {
     format!("{{{stream}}}")
 }
 
-/// The current and previous dedup set of a stream at `now_secs`.
-pub fn dedup_keys(stream: &str, window: Duration, now_secs: u64) -> (String, String) {
+/// The dedup sets of a stream at `now_secs`: the current bucket (written), then the
+/// previous and the next (read too, to tolerate clock skew between replicas).
+pub fn dedup_keys(stream: &str, window: Duration, now_secs: u64) -> [String; 3] {
     let width = window.as_secs().max(1);
     let bucket = now_secs / width;
     let tag = slot_tag(stream);
-    (
+    [
         format!("{tag}:dedup:{bucket}"),
         format!("{tag}:dedup:{}", bucket.saturating_sub(1)),
-    )
+        format!("{tag}:dedup:{}", bucket + 1),
+    ]
 }
 
-/// A bucket's set is read until the end of the next bucket: two windows, plus slack.
+/// A bucket's set must be readable until the end of the next bucket, one window after the
+/// last write into it at the latest; a minute of slack covers skew and slow batches.
 pub fn dedup_ttl_secs(window: Duration) -> u64 {
-    window.as_secs().max(1) * 2 + 60
+    window.as_secs().max(1) + 60
 }
 
 #[cfg(test)]
@@ -59,12 +63,13 @@ mod tests {
 
     #[test]
     fn dedup_keys_share_the_streams_slot() {
-        let (cur, prev) = dedup_keys("outbox:order.created", Duration::from_secs(900), 1800);
+        let [cur, prev, next] = dedup_keys("outbox:order.created", Duration::from_secs(900), 1800);
         assert_eq!(cur, "{outbox:order.created}:dedup:2");
         assert_eq!(prev, "{outbox:order.created}:dedup:1");
-        let (cur, _) = dedup_keys("outbox:{tenant}x", Duration::from_secs(900), 0);
+        assert_eq!(next, "{outbox:order.created}:dedup:3");
+        let [cur, ..] = dedup_keys("outbox:{tenant}x", Duration::from_secs(900), 0);
         assert_eq!(cur, "outbox:{tenant}x:dedup:0");
-        let (cur, _) = dedup_keys("outbox:{}x", Duration::from_secs(900), 0);
+        let [cur, ..] = dedup_keys("outbox:{}x", Duration::from_secs(900), 0);
         assert_eq!(cur, "{outbox:{}x}:dedup:0");
     }
 }

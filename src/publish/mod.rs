@@ -10,6 +10,7 @@ pub mod classify;
 pub mod keys;
 pub mod script;
 
+use std::collections::HashSet;
 use std::time::Duration;
 
 use chrono::{DateTime, SecondsFormat, Utc};
@@ -17,6 +18,9 @@ use redis::aio::ConnectionManager;
 use uuid::Uuid;
 
 pub use classify::{classify_error, classify_reply, Verdict};
+
+/// Upper bound of the entry bytes sent in one script call (a call blocks Redis while it runs).
+pub const CALL_BYTES: usize = 4 * 1024 * 1024;
 
 /// One event as it goes into its stream.
 #[derive(Debug, Clone, PartialEq)]
@@ -127,90 +131,140 @@ impl Publisher {
     }
 
     /// Publishes one topic's chains; returns an outcome per event id, in input order.
+    ///
+    /// Events go out in script calls of at most [`CALL_BYTES`], one after the other, so a
+    /// batch of big events never turns into one call too large to finish within the timeout.
+    /// A chain that failed in one call is skipped in the next.
     pub async fn publish(
         &self,
         topic: &str,
         chains: &[Vec<StreamEvent>],
     ) -> Result<Vec<(Uuid, Outcome)>, PublishError> {
         let stream = keys::stream_key(&self.config.stream_prefix, topic);
-        let mut outcomes: Vec<(Uuid, Option<Outcome>)> = Vec::new();
-        let mut sent: Vec<(usize, &StreamEvent, &str)> = Vec::new();
-        for chain in chains {
-            let mut broken = false;
+        // Flatten in order; each event remembers its chain (the key; unkeyed events are
+        // chains of one, named by their index so they never share a failure).
+        let mut items: Vec<(&StreamEvent, String)> = Vec::new();
+        for (n, chain) in chains.iter().enumerate() {
             for event in chain {
-                let slot = outcomes.len();
-                if broken {
-                    outcomes.push((event.id, Some(Outcome::Skipped)));
-                    continue;
-                }
-                let size = event.entry_size();
-                if size > self.config.max_payload_bytes {
-                    outcomes.push((
-                        event.id,
-                        Some(Outcome::Failed(format!(
+                let name = match &event.key {
+                    Some(key) => format!("k:{key}"),
+                    None => format!("u:{n}"),
+                };
+                items.push((event, name));
+            }
+        }
+        let mut outcomes: Vec<Option<Outcome>> = vec![None; items.len()];
+        let mut failed: HashSet<String> = HashSet::new();
+        let mut start = 0;
+        while start < items.len() {
+            let mut call: Vec<usize> = Vec::new();
+            let mut bytes = 0;
+            let mut end = start;
+            while end < items.len() && (call.is_empty() || bytes < CALL_BYTES) {
+                let (event, chain) = &items[end];
+                if failed.contains(chain) {
+                    outcomes[end] = Some(Outcome::Skipped);
+                } else {
+                    let size = event.entry_size();
+                    if size > self.config.max_payload_bytes {
+                        outcomes[end] = Some(Outcome::Failed(format!(
                             "entry is {size} bytes, over redis.max_payload_bytes ({})",
                             self.config.max_payload_bytes
-                        ))),
-                    ));
-                    broken = true;
-                    continue;
+                        )));
+                        failed.insert(chain.clone());
+                    } else {
+                        bytes += size;
+                        call.push(end);
+                    }
                 }
-                outcomes.push((event.id, None));
-                sent.push((slot, event, event.key.as_deref().unwrap_or("")));
+                end += 1;
             }
+            if !call.is_empty() {
+                let sent: Vec<(&StreamEvent, &str)> = call
+                    .iter()
+                    .map(|&i| (items[i].0, items[i].1.as_str()))
+                    .collect();
+                let replies = self.invoke(&stream, &sent).await?;
+                for (&i, outcome) in call.iter().zip(replies) {
+                    if matches!(outcome, Outcome::Failed(_)) {
+                        failed.insert(items[i].1.clone());
+                    }
+                    outcomes[i] = Some(outcome);
+                }
+            }
+            start = end;
         }
-        if !sent.is_empty() {
-            let now = Utc::now().timestamp().max(0) as u64;
-            let (current, previous) = keys::dedup_keys(&stream, self.config.dedup_window, now);
-            let mut invocation = script::PUBLISH.prepare_invoke();
-            invocation
-                .key(&stream)
-                .key(&current)
-                .key(&previous)
-                .arg(keys::dedup_ttl_secs(self.config.dedup_window))
-                .arg(self.config.maxlen.unwrap_or(0))
-                .arg(sent.len());
-            for (_, event, chain) in &sent {
-                let fields = event.fields();
-                invocation
-                    .arg(event.id.as_bytes().as_slice())
-                    .arg(*chain)
-                    .arg(fields.len());
-                for (name, value) in fields {
-                    invocation.arg(name).arg(value);
-                }
-            }
-            let mut conn = self.conn.clone();
-            let call = invocation.invoke_async::<Vec<String>>(&mut conn);
-            let replies = match tokio::time::timeout(self.config.timeout, call).await {
-                Err(_) => {
-                    return Err(PublishError::Outage(format!(
-                        "no answer within {:?}",
-                        self.config.timeout
-                    )))
-                }
-                Ok(Err(e)) => match classify_error(&e) {
-                    Verdict::Outage => return Err(PublishError::Outage(e.to_string())),
-                    Verdict::EventFault => vec![format!("err:{e}"); sent.len()],
-                },
-                Ok(Ok(replies)) => replies,
-            };
-            if replies.len() != sent.len() {
-                return Err(PublishError::Outage(format!(
-                    "script answered {} results for {} events",
-                    replies.len(),
-                    sent.len()
-                )));
-            }
-            for ((slot, _, _), reply) in sent.iter().zip(replies) {
-                let outcome = script::parse_reply(&reply)?;
-                outcomes[*slot].1 = Some(outcome);
-            }
-        }
-        Ok(outcomes
-            .into_iter()
-            .map(|(id, outcome)| (id, outcome.unwrap_or(Outcome::Skipped)))
+        Ok(items
+            .iter()
+            .zip(outcomes)
+            .map(|((event, _), outcome)| (event.id, outcome.unwrap_or(Outcome::Skipped)))
             .collect())
+    }
+
+    /// One script call: appends `sent` (event, chain name) to `stream` with dedup.
+    async fn invoke(
+        &self,
+        stream: &str,
+        sent: &[(&StreamEvent, &str)],
+    ) -> Result<Vec<Outcome>, PublishError> {
+        let now = Utc::now().timestamp().max(0) as u64;
+        let [current, previous, next] = keys::dedup_keys(stream, self.config.dedup_window, now);
+        let mut invocation = script::PUBLISH.prepare_invoke();
+        invocation
+            .key(stream)
+            .key(&current)
+            .key(&previous)
+            .key(&next)
+            .arg(keys::dedup_ttl_secs(self.config.dedup_window))
+            .arg(self.config.maxlen.unwrap_or(0))
+            .arg(sent.len());
+        for (event, chain) in sent {
+            let fields = event.fields();
+            invocation
+                .arg(event.id.as_bytes().as_slice())
+                .arg(*chain)
+                .arg(fields.len());
+            for (name, value) in fields {
+                invocation.arg(name).arg(value);
+            }
+        }
+        let mut conn = self.conn.clone();
+        let call = invocation.invoke_async::<Vec<String>>(&mut conn);
+        let replies = match tokio::time::timeout(self.config.timeout, call).await {
+            Err(_) => {
+                return Err(PublishError::Outage(format!(
+                    "no answer within {:?}",
+                    self.config.timeout
+                )))
+            }
+            Ok(Err(e)) => match classify_error(&e) {
+                Verdict::Outage => return Err(PublishError::Outage(e.to_string())),
+                // The whole call was refused for a reason of its content: charge the first
+                // event of each chain, skip the rest (their turn comes after it).
+                Verdict::EventFault => {
+                    let mut charged: HashSet<&str> = HashSet::new();
+                    return Ok(sent
+                        .iter()
+                        .map(|(_, chain)| {
+                            if charged.insert(chain) {
+                                Outcome::Failed(e.to_string())
+                            } else {
+                                Outcome::Skipped
+                            }
+                        })
+                        .collect());
+                }
+            },
+            Ok(Ok(replies)) => replies,
+        };
+        if replies.len() != sent.len() {
+            return Err(PublishError::Outage(format!(
+                "script answered {} results for {} events",
+                replies.len(),
+                sent.len()
+            )));
+        }
+        replies.iter().map(|r| script::parse_reply(r)).collect()
     }
 
     /// PING with a short deadline, for readiness.

@@ -9,11 +9,11 @@ use std::sync::LazyLock;
 
 use super::{classify_reply, Outcome, PublishError, Verdict};
 
-/// KEYS: stream, current dedup set, previous dedup set.
+/// KEYS: stream, current dedup set, previous dedup set, next dedup set.
 /// ARGV: ttl, maxlen (0 = none), n, then per event: id (16 bytes), chain, nfields, fields...
 /// Returns one string per event: `ok:<entry id>`, `dup`, `skip` or `err:<message>`.
 const SOURCE: &str = r#"
-local stream, cur, prev = KEYS[1], KEYS[2], KEYS[3]
+local stream, cur, prev, nxt = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local ttl = tonumber(ARGV[1])
 local maxlen = tonumber(ARGV[2])
 local n = tonumber(ARGV[3])
@@ -27,9 +27,10 @@ for e = 1, n do
   local nf = tonumber(ARGV[i + 2])
   local first = i + 3
   i = first + 2 * nf
-  if chain ~= '' and failed[chain] then
+  if failed[chain] then
     out[e] = 'skip'
-  elseif redis.call('SISMEMBER', cur, id) == 1 or redis.call('SISMEMBER', prev, id) == 1 then
+  elseif redis.call('SISMEMBER', cur, id) == 1 or redis.call('SISMEMBER', prev, id) == 1
+      or redis.call('SISMEMBER', nxt, id) == 1 then
     out[e] = 'dup'
   else
     local args = {'XADD', stream}
@@ -45,7 +46,7 @@ for e = 1, n do
     local r = redis.pcall(unpack(args))
     if type(r) == 'table' and r.err then
       out[e] = 'err:' .. r.err
-      if chain ~= '' then failed[chain] = true end
+      failed[chain] = true
     else
       redis.call('SADD', cur, id)
       wrote = true

@@ -1,6 +1,8 @@
 //! Heartbeats: each replica upserts its row in `outbox_replicas` so the admin can list the
 //! replicas alive now; rows silent for ten intervals are pruned by whoever beats next.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -21,6 +23,8 @@ pub struct Heartbeat {
     pub started_at: DateTime<Utc>,
     /// `relay.heartbeat_interval`.
     pub interval: Duration,
+    /// Set at shutdown, so a late tick does not write the row back after `leave`.
+    pub leaving: Arc<AtomicBool>,
 }
 
 impl Heartbeat {
@@ -30,6 +34,7 @@ impl Heartbeat {
 
     /// Removes this replica's row at graceful shutdown.
     pub async fn leave(&self) -> Result<(), DbError> {
+        self.leaving.store(true, Ordering::SeqCst);
         let mut conn = self.pool.get().await?;
         replicas::forget(&mut conn, &self.instance_id).await
     }
@@ -45,6 +50,9 @@ impl Job for Heartbeat {
     fn run_once(&self) -> BoxFuture<'static, Result<(), DbError>> {
         let me = self.clone();
         async move {
+            if me.leaving.load(Ordering::SeqCst) {
+                return Ok(());
+            }
             let mut conn = me.pool.get().await?;
             replicas::beat(&mut conn, &me.instance_id, crate::VERSION, me.started_at).await?;
             replicas::prune(&mut conn, me.stale_ms()).await

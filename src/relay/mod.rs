@@ -26,7 +26,7 @@ pub mod stats;
 use std::sync::Arc;
 use std::time::Duration;
 
-use actix::{Actor, Addr, Supervisor};
+use actix::{Addr, Supervisor};
 use chrono::Utc;
 
 use crate::config::Settings;
@@ -96,6 +96,7 @@ pub fn start(
         instance_id: settings.instance_id(),
         started_at: Utc::now(),
         interval: settings.relay.heartbeat_interval,
+        leaving: Arc::default(),
     };
     let beat = heartbeat.clone();
     Supervisor::start(move |_| Periodic::new(beat));
@@ -103,7 +104,7 @@ pub fn start(
         pool,
         interval: Duration::from_secs(5),
     };
-    Periodic::new(sampler).start();
+    Supervisor::start(move |_| Periodic::new(sampler));
     RelayHandle { claimer, heartbeat }
 }
 

@@ -32,6 +32,15 @@ pub struct TestDb {
 
 impl TestDb {
     pub async fn new() -> TestDb {
+        let db = TestDb::empty().await;
+        outbox_relay::db::migrate::run_pending(&db.url)
+            .await
+            .expect("migrate test database");
+        db
+    }
+
+    /// A database of its own, not migrated.
+    pub async fn empty() -> TestDb {
         let name = format!("outbox_t_{}", Uuid::new_v4().simple());
         let mut admin = AsyncPgConnection::establish(PG_ADMIN_URL)
             .await
@@ -41,9 +50,6 @@ impl TestDb {
             .await
             .expect("create test database");
         let url = format!("postgres://postgres@127.0.0.1:5432/{name}");
-        outbox_relay::db::migrate::run_pending(&url)
-            .await
-            .expect("migrate test database");
         TestDb { name, url }
     }
 
@@ -136,9 +142,12 @@ impl TestRedis {
     }
 
     pub async fn conn(&self) -> redis::aio::MultiplexedConnection {
+        // Big XRANGE replies take longer than the client's default response timeout.
+        let config =
+            redis::AsyncConnectionConfig::new().set_response_timeout(Some(Duration::from_secs(60)));
         redis::Client::open(self.url.as_str())
             .expect("redis url")
-            .get_multiplexed_async_connection()
+            .get_multiplexed_async_connection_with_config(&config)
             .await
             .expect("connect redis")
     }
@@ -407,4 +416,66 @@ pub async fn insert_events(db: &TestDb, n: usize, topics: usize, keys: usize) {
          FROM generate_series(1, {n}) AS i"
     ))
     .await;
+}
+
+/// Checks that within each key the stream holds events in insertion order, using the payload
+/// field `n` (increasing per key in insertion order). Each producer counts in its own
+/// million (`n / 1_000_000`): only one producer's transactions are ordered among themselves.
+pub fn assert_per_key_order(entries: &[HashMap<String, String>]) {
+    let mut last: HashMap<(String, i64), i64> = HashMap::new();
+    for e in entries {
+        let Some(key) = e.get("key") else { continue };
+        let payload: serde_json::Value = serde_json::from_str(&e["payload"]).expect("payload json");
+        let n = payload["n"].as_i64().expect("payload.n");
+        let sequence = (key.clone(), n / 1_000_000);
+        if let Some(prev) = last.get(&sequence) {
+            assert!(n > *prev, "key {key}: {n} after {prev}");
+        }
+        last.insert(sequence, n);
+    }
+}
+
+/// Inserts `rounds` transactions of `per_round` events on `topics` topics and `keys` keys;
+/// payload `n` is a global insertion counter, so per-key order is checkable.
+pub async fn produce_rounds(
+    db_url: &str,
+    start: i64,
+    rounds: usize,
+    per_round: i64,
+    topics: usize,
+    keys: usize,
+    pause: Duration,
+) {
+    let mut conn = AsyncPgConnection::establish(db_url)
+        .await
+        .expect("producer connect");
+    for r in 0..rounds {
+        let from = start + r as i64 * per_round;
+        let to = from + per_round - 1;
+        conn.batch_execute(&format!(
+            "INSERT INTO outbox (topic, payload, partition_key)
+             SELECT 't' || (i % {topics}), jsonb_build_object('n', i), 'k' || (i % {keys})
+             FROM generate_series({from}, {to}) AS i ORDER BY i"
+        ))
+        .await
+        .expect("produce");
+        tokio::time::sleep(pause).await;
+    }
+}
+
+/// All entries of topics t0..t{n-1}, checking each event id appears once; returns the count.
+pub async fn assert_exactly_once(redis: &TestRedis, topics: usize) -> usize {
+    let mut seen = std::collections::HashSet::new();
+    for t in 0..topics {
+        let entries = redis.entries(&format!("t{t}")).await;
+        assert_per_key_order(&entries);
+        for e in entries {
+            assert!(
+                seen.insert(e["id"].clone()),
+                "event {} written twice",
+                e["id"]
+            );
+        }
+    }
+    seen.len()
 }

@@ -1,0 +1,64 @@
+//! Retention deletes old published rows in batches and never touches pending or dead rows;
+//! a paused topic is published by no replica until resumed.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn retention_deletes_only_old_published_rows() {
+    let db = TestDb::new().await;
+    let redis = TestRedis::shared();
+    let mut conn = db.conn().await;
+    outbox_relay::db::topics::set_paused(&mut conn, "held", true)
+        .await
+        .expect("pause");
+    db.exec(
+        "INSERT INTO outbox (topic, payload) SELECT 'held', jsonb_build_object('n', i) FROM generate_series(1, 10) i;
+         INSERT INTO outbox (topic, payload, attempts, last_error, dead_at)
+           SELECT 'gone', '{}', 3, 'WRONGTYPE', now() - interval '30 days' FROM generate_series(1, 5);",
+    )
+    .await;
+    insert_events(&db, 1_000, 1, 10).await;
+    let mut env = base_env(&db, &redis);
+    env.push(("OUTBOX__RETENTION__PUBLISHED_FOR".into(), "2s".into()));
+    env.push(("OUTBOX__RETENTION__INTERVAL".into(), "300ms".into()));
+    env.push(("OUTBOX__RETENTION__BATCH_SIZE".into(), "100".into()));
+    let _a = RelayProc::spawn("ret-a", &env);
+    let _b = RelayProc::spawn("ret-b", &env);
+    db.wait_for(
+        "SELECT count(*) FROM outbox WHERE topic = 't0'",
+        0,
+        Duration::from_secs(60),
+    )
+    .await;
+    assert_eq!(redis.xlen("t0").await, 1_000);
+    assert_eq!(
+        db.scalar("SELECT count(*) FROM outbox WHERE topic = 'held' AND published_at IS NULL")
+            .await,
+        10
+    );
+    assert_eq!(
+        db.scalar("SELECT count(*) FROM outbox WHERE dead_at IS NOT NULL")
+            .await,
+        5
+    );
+    assert_eq!(
+        redis.xlen("held").await,
+        0,
+        "a paused topic is not published"
+    );
+
+    outbox_relay::db::topics::set_paused(&mut conn, "held", false)
+        .await
+        .expect("resume");
+    db.wait_for(
+        "SELECT count(*) FROM outbox WHERE topic = 'held' AND published_at IS NOT NULL",
+        10,
+        Duration::from_secs(20),
+    )
+    .await;
+    assert_eq!(redis.xlen("held").await, 10);
+}
