@@ -39,6 +39,14 @@ impl TestDb {
         db
     }
 
+    /// An existing database (not dropped by this handle's owner unless it is forgotten).
+    pub fn at(url: &str) -> TestDb {
+        TestDb {
+            name: String::new(),
+            url: url.to_string(),
+        }
+    }
+
     /// A database of its own, not migrated.
     pub async fn empty() -> TestDb {
         let name = format!("outbox_t_{}", Uuid::new_v4().simple());
@@ -105,6 +113,9 @@ impl TestDb {
 
 impl Drop for TestDb {
     fn drop(&mut self) {
+        if self.name.is_empty() {
+            return;
+        }
         let name = self.name.clone();
         let _ = std::thread::spawn(move || {
             if let Ok(mut c) =
@@ -478,4 +489,85 @@ pub async fn assert_exactly_once(redis: &TestRedis, topics: usize) -> usize {
         }
     }
     seen.len()
+}
+
+/// A PostgreSQL server of the test's own (initdb in a temp dir, a free port), so a test can
+/// stop and restart it without touching the shared server.
+pub struct OwnPostgres {
+    pub port: u16,
+    dir: tempfile::TempDir,
+    bin: std::path::PathBuf,
+}
+
+fn as_postgres_user(program: &std::path::Path) -> Command {
+    // initdb and postgres refuse to run as root: run them as the `postgres` user then.
+    let root = Command::new("id").arg("-u").output().map(|o| o.stdout == b"0\n").unwrap_or(false);
+    if root {
+        let mut c = Command::new("runuser");
+        c.args(["-u", "postgres", "--"]).arg(program);
+        c
+    } else {
+        Command::new(program)
+    }
+}
+
+impl OwnPostgres {
+    pub fn start() -> OwnPostgres {
+        let bin = std::fs::read_dir("/usr/lib/postgresql")
+            .expect("postgres installed under /usr/lib/postgresql")
+            .filter_map(|e| e.ok())
+            .map(|e| e.path().join("bin"))
+            .filter(|p| p.join("initdb").exists())
+            .max()
+            .expect("an initdb");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let _ = Command::new("chown").arg("postgres").arg(dir.path()).status();
+        let data = dir.path().join("data");
+        let out = as_postgres_user(&bin.join("initdb"))
+            .args(["-A", "trust", "-U", "postgres", "--no-sync", "-D"])
+            .arg(&data)
+            .output()
+            .expect("initdb");
+        assert!(out.status.success(), "initdb: {}", String::from_utf8_lossy(&out.stderr));
+        let me = OwnPostgres { port: free_port(), dir, bin };
+        me.restart();
+        me
+    }
+
+    pub fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+
+    pub fn restart(&self) {
+        let data = self.dir.path().join("data");
+        let opts = format!(
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off",
+            self.port,
+            self.dir.path().display()
+        );
+        let out = as_postgres_user(&self.bin.join("pg_ctl"))
+            .arg("-D")
+            .arg(&data)
+            .args(["-o", &opts, "-w", "-l"])
+            .arg(self.dir.path().join("log"))
+            .arg("start")
+            .output()
+            .expect("pg_ctl start");
+        assert!(out.status.success(), "pg_ctl start: {}", String::from_utf8_lossy(&out.stderr));
+    }
+
+    /// Stops like a crash: no checkpoint, connections cut.
+    pub fn stop(&self) {
+        let _ = as_postgres_user(&self.bin.join("pg_ctl"))
+            .arg("-D")
+            .arg(self.dir.path().join("data"))
+            .args(["-m", "immediate", "-w", "stop"])
+            .output();
+    }
+}
+
+impl Drop for OwnPostgres {
+    fn drop(&mut self) {
+        self.stop();
+    }
 }
