@@ -135,6 +135,8 @@ pub struct RelaySettings {
     pub lease: Duration,
     /// Events claimed per transaction.
     pub batch_size: u32,
+    /// Claim transactions a replica runs at once while there is a backlog (one when idle).
+    pub workers: u32,
     /// Fallback poll interval when no notification arrives (also the retry-due check).
     #[serde(with = "humantime_serde")]
     pub poll_interval: Duration,
@@ -201,6 +203,7 @@ impl Default for RelaySettings {
         RelaySettings {
             lease: Duration::from_secs(30),
             batch_size: 1000,
+            workers: 2,
             poll_interval: Duration::from_secs(1),
             poll_only: false,
             heartbeat_interval: Duration::from_secs(5),
@@ -315,6 +318,15 @@ impl Settings {
         }
         if !(1..=10_000).contains(&self.relay.batch_size) {
             return Err(ConfigError::new("relay.batch_size", "must be 1..=10000"));
+        }
+        if !(1..=32).contains(&self.relay.workers) {
+            return Err(ConfigError::new("relay.workers", "must be 1..=32"));
+        }
+        if self.database.pool_size < self.relay.workers + 2 {
+            return Err(ConfigError::new(
+                "database.pool_size",
+                "must be at least relay.workers + 2 (maintenance and the admin need connections too)",
+            ));
         }
         if self.relay.poll_interval.is_zero() {
             return Err(ConfigError::new("relay.poll_interval", "must be > 0"));

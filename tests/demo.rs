@@ -32,7 +32,8 @@ async fn demo_creates_its_database_and_shows_the_whole_pipeline() {
         child: Command::new("true").spawn().expect("placeholder"),
         name: "demo".into(),
     };
-    proc.wait_status("/readyz", 200, Duration::from_secs(30)).await;
+    proc.wait_status("/readyz", 200, Duration::from_secs(30))
+        .await;
     db.wait_for(
         "SELECT (count(DISTINCT topic) FILTER (WHERE published_at IS NOT NULL) >= 3)::int FROM outbox",
         1,
@@ -45,10 +46,16 @@ async fn demo_creates_its_database_and_shows_the_whole_pipeline() {
         Duration::from_secs(40),
     )
     .await;
-    assert!(db.scalar("SELECT count(*) FROM outbox WHERE partition_key IS NOT NULL").await > 0);
+    assert!(
+        db.scalar("SELECT count(*) FROM outbox WHERE partition_key IS NOT NULL")
+            .await
+            > 0
+    );
     assert!(redis.xlen("order.created").await > 0);
 
-    let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
     let mut code = None;
     for _ in 0..200 {
         if let Ok(Some(status)) = child.try_wait() {
@@ -62,5 +69,8 @@ async fn demo_creates_its_database_and_shows_the_whole_pipeline() {
     if let Some(mut out) = child.stdout.take() {
         let _ = out.read_to_string(&mut stdout);
     }
-    assert!(stdout.contains(&format!("http://127.0.0.1:{port}/")), "{stdout}");
+    assert!(
+        stdout.contains(&format!("http://127.0.0.1:{port}/")),
+        "{stdout}"
+    );
 }

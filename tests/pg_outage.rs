@@ -10,25 +10,49 @@ use common::*;
 #[tokio::test(flavor = "multi_thread")]
 async fn postgres_restart_is_survived_without_burning_attempts() {
     let pg = OwnPostgres::start();
-    outbox_relay::db::migrate::run_pending(&pg.url()).await.expect("migrate");
+    outbox_relay::db::migrate::run_pending(&pg.url())
+        .await
+        .expect("migrate");
     let db = TestDb::at(&pg.url());
     let redis = TestRedis::shared();
     let relay = RelayProc::spawn("pg-outage", &base_env(&db, &redis));
-    relay.wait_status("/readyz", 200, Duration::from_secs(20)).await;
-    insert_events(&db, 100, 1, 5).await;
-    db.wait_for("SELECT count(*) FROM outbox WHERE published_at IS NULL", 0, Duration::from_secs(20))
+    relay
+        .wait_status("/readyz", 200, Duration::from_secs(20))
         .await;
+    insert_events(&db, 100, 1, 5).await;
+    db.wait_for(
+        "SELECT count(*) FROM outbox WHERE published_at IS NULL",
+        0,
+        Duration::from_secs(20),
+    )
+    .await;
 
     pg.stop();
-    relay.wait_status("/readyz", 503, Duration::from_secs(20)).await;
+    relay
+        .wait_status("/readyz", 503, Duration::from_secs(20))
+        .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(relay.status("/healthz"), 200, "the process survives the outage");
+    assert_eq!(
+        relay.status("/healthz"),
+        200,
+        "the process survives the outage"
+    );
 
     pg.restart();
-    relay.wait_status("/readyz", 200, Duration::from_secs(30)).await;
-    insert_events(&db, 100, 1, 5).await;
-    db.wait_for("SELECT count(*) FROM outbox WHERE published_at IS NULL", 0, Duration::from_secs(30))
+    relay
+        .wait_status("/readyz", 200, Duration::from_secs(30))
         .await;
+    insert_events(&db, 100, 1, 5).await;
+    db.wait_for(
+        "SELECT count(*) FROM outbox WHERE published_at IS NULL",
+        0,
+        Duration::from_secs(30),
+    )
+    .await;
     assert_eq!(redis.xlen("t0").await, 200);
-    assert_eq!(db.scalar("SELECT count(*) FROM outbox WHERE attempts > 0").await, 0);
+    assert_eq!(
+        db.scalar("SELECT count(*) FROM outbox WHERE attempts > 0")
+            .await,
+        0
+    );
 }

@@ -43,11 +43,15 @@ pub struct ClaimedRow {
     /// False when `available_at` is still in the future (the run stops there).
     #[diesel(sql_type = Bool)]
     pub ready: bool,
+    /// The row version's physical address: stable while we hold its lock, and the cheapest
+    /// way back to it for the UPDATE or DELETE of the same transaction (a TID scan).
+    #[diesel(sql_type = Text)]
+    pub ctid: String,
 }
 
 const COLUMNS: &str = "o.id, o.seq, o.topic, o.partition_key, o.payload::text AS payload, \
      COALESCE(o.headers, '{}'::jsonb)::text AS headers, o.created_at, o.attempts, \
-     (o.available_at <= now()) AS ready";
+     (o.available_at <= now()) AS ready, o.ctid::text AS ctid";
 
 /// Locks up to `limit` claimable events, oldest first, skipping rows locked elsewhere.
 /// Claimable: pending, due, topic not paused, and no earlier pending event of the same key.
@@ -73,62 +77,76 @@ pub async fn claim_heads(
         .await?)
 }
 
-/// Locks up to `limit` pending events that follow the given key heads, in seq order.
-/// Nobody else can hold them: another replica would need the head, which we hold.
+/// Locks up to `limit` pending events that follow the given key heads (at most `per_key`
+/// for each head, in seq order). Nobody else can hold them: another replica would need the
+/// head, which we hold. The per-key LATERAL keeps the work proportional to what is taken,
+/// not to the keys' whole backlog.
 pub async fn claim_runs(
     conn: &mut AsyncPgConnection,
     heads: &[(String, String, i64)],
+    per_key: i64,
     limit: i64,
 ) -> Result<Vec<ClaimedRow>, DbError> {
-    if heads.is_empty() || limit <= 0 {
+    if heads.is_empty() || limit <= 0 || per_key <= 0 {
         return Ok(Vec::new());
     }
     let topics: Vec<&str> = heads.iter().map(|h| h.0.as_str()).collect();
     let keys: Vec<&str> = heads.iter().map(|h| h.1.as_str()).collect();
     let seqs: Vec<i64> = heads.iter().map(|h| h.2).collect();
     let sql = format!(
-        "SELECT {COLUMNS} FROM outbox o
-         JOIN unnest($1::text[], $2::text[], $3::bigint[]) AS h(topic, partition_key, seq)
-           ON o.topic = h.topic AND o.partition_key = h.partition_key AND o.seq > h.seq
-         WHERE o.published_at IS NULL AND o.dead_at IS NULL
-         ORDER BY o.seq
-         LIMIT $4
-         FOR UPDATE OF o"
+        "SELECT f.* FROM unnest($1::text[], $2::text[], $3::bigint[]) AS h(topic, partition_key, seq)
+         CROSS JOIN LATERAL (
+             SELECT {COLUMNS} FROM outbox o
+             WHERE o.topic = h.topic AND o.partition_key = h.partition_key AND o.seq > h.seq
+               AND o.published_at IS NULL AND o.dead_at IS NULL
+             ORDER BY o.seq
+             LIMIT $4
+             FOR UPDATE OF o) AS f
+         LIMIT $5"
     );
     Ok(diesel::sql_query(sql)
         .bind::<Array<Text>, _>(topics)
         .bind::<Array<Text>, _>(keys)
         .bind::<Array<BigInt>, _>(seqs)
+        .bind::<BigInt, _>(per_key)
         .bind::<BigInt, _>(limit)
         .load(conn)
         .await?)
 }
 
-/// Sets `published_at` on events that reached their stream.
-pub async fn mark_published(conn: &mut AsyncPgConnection, ids: &[Uuid]) -> Result<usize, DbError> {
-    if ids.is_empty() {
+/// Sets `published_at` on events that reached their stream, by the `ctid`s this
+/// transaction locked them at.
+pub async fn mark_published(
+    conn: &mut AsyncPgConnection,
+    ctids: &[&str],
+) -> Result<usize, DbError> {
+    if ctids.is_empty() {
         return Ok(0);
     }
-    Ok(
-        diesel::sql_query("UPDATE outbox SET published_at = now() WHERE id = ANY($1)")
-            .bind::<Array<diesel::sql_types::Uuid>, _>(ids)
-            .execute(conn)
-            .await?,
+    Ok(diesel::sql_query(
+        "UPDATE outbox SET published_at = now()
+         WHERE ctid = ANY($1::text[]::tid[]) AND published_at IS NULL",
     )
+    .bind::<Array<Text>, _>(ctids)
+    .execute(conn)
+    .await?)
 }
 
-/// Deletes events that reached their stream (retention `published_for = 0s`).
+/// Deletes events that reached their stream (retention `published_for = 0s`), by the
+/// `ctid`s this transaction locked them at.
 pub async fn delete_published(
     conn: &mut AsyncPgConnection,
-    ids: &[Uuid],
+    ctids: &[&str],
 ) -> Result<usize, DbError> {
-    if ids.is_empty() {
+    if ctids.is_empty() {
         return Ok(0);
     }
-    Ok(diesel::sql_query("DELETE FROM outbox WHERE id = ANY($1)")
-        .bind::<Array<diesel::sql_types::Uuid>, _>(ids)
-        .execute(conn)
-        .await?)
+    Ok(diesel::sql_query(
+        "DELETE FROM outbox WHERE ctid = ANY($1::text[]::tid[]) AND published_at IS NULL",
+    )
+    .bind::<Array<Text>, _>(ctids)
+    .execute(conn)
+    .await?)
 }
 
 /// What to write for one event whose publish failed through its own fault.

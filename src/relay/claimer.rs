@@ -24,7 +24,8 @@ pub struct Claimer {
     deps: CycleDeps,
     health: Arc<Health>,
     poll_interval: Duration,
-    busy: bool,
+    workers: usize,
+    in_flight: usize,
     wake_pending: bool,
     draining: bool,
     drained: Vec<oneshot::Sender<()>>,
@@ -33,13 +34,20 @@ pub struct Claimer {
 }
 
 impl Claimer {
-    /// A claimer that polls at least every `poll_interval`.
-    pub fn new(deps: CycleDeps, health: Arc<Health>, poll_interval: Duration) -> Self {
+    /// A claimer that polls at least every `poll_interval` and runs up to `workers` claim
+    /// transactions at once (they skip each other's locked rows like separate replicas do).
+    pub fn new(
+        deps: CycleDeps,
+        health: Arc<Health>,
+        poll_interval: Duration,
+        workers: usize,
+    ) -> Self {
         Claimer {
             deps,
             health,
             poll_interval,
-            busy: false,
+            workers: workers.max(1),
+            in_flight: 0,
             wake_pending: false,
             draining: false,
             drained: Vec::new(),
@@ -48,16 +56,22 @@ impl Claimer {
         }
     }
 
+    /// Something may be waiting (a notification, the poll timer, a retry coming due).
     fn wake(&mut self, ctx: &mut Context<Self>) {
         if self.draining {
             return;
         }
-        if self.busy || self.backing_off {
+        if self.backing_off || self.in_flight > 0 {
+            // The running cycle may have scanned before this work committed: look again
+            // when it ends.
             self.wake_pending = true;
             return;
         }
-        self.busy = true;
-        self.wake_pending = false;
+        self.start_cycle(ctx);
+    }
+
+    fn start_cycle(&mut self, ctx: &mut Context<Self>) {
+        self.in_flight += 1;
         let deps = self.deps.clone();
         let cycle = async move { run_once(&deps).await }
             .into_actor(self)
@@ -66,7 +80,9 @@ impl Claimer {
     }
 
     fn after_cycle(&mut self, result: Result<CycleReport, CycleError>, ctx: &mut Context<Self>) {
-        self.busy = false;
+        self.in_flight = self.in_flight.saturating_sub(1);
+        let mut backlog = false;
+        let mut progressed = false;
         match result {
             Ok(report) => {
                 if self.outage_streak > 0 {
@@ -75,10 +91,8 @@ impl Claimer {
                 self.outage_streak = 0;
                 self.health.set_relay_ok(true);
                 crate::telemetry::cycle_done(&report);
-                let full = report.heads as i64 >= self.deps.batch_size;
-                if full {
-                    self.wake_pending = true;
-                }
+                backlog = report.heads as i64 >= self.deps.batch_size;
+                progressed = report.claimed > 0;
             }
             Err(error) => {
                 self.outage_streak = self.outage_streak.saturating_add(1);
@@ -89,22 +103,32 @@ impl Claimer {
                 self.wake_pending = true;
                 ctx.run_later(pause, |act, ctx| {
                     act.backing_off = false;
-                    act.resume(ctx);
+                    act.wake_pending = false;
+                    act.wake(ctx);
                 });
             }
         }
         if self.draining {
-            for done in self.drained.drain(..) {
-                let _ = done.send(());
+            if self.in_flight == 0 {
+                for done in self.drained.drain(..) {
+                    let _ = done.send(());
+                }
             }
             return;
         }
-        self.resume(ctx);
-    }
-
-    fn resume(&mut self, ctx: &mut Context<Self>) {
-        if self.wake_pending && !self.busy && !self.backing_off {
-            self.wake(ctx);
+        if self.backing_off {
+            return;
+        }
+        if backlog {
+            // A full batch means a backlog: run every worker until batches come back short.
+            while self.in_flight < self.workers {
+                self.start_cycle(ctx);
+            }
+        } else if (progressed || self.wake_pending) && self.in_flight == 0 {
+            // It found work (or was woken meanwhile): more may be waiting behind what it
+            // held, such as the next events of its keys. Look again until a cycle finds none.
+            self.wake_pending = false;
+            self.start_cycle(ctx);
         }
     }
 }
@@ -121,7 +145,7 @@ impl Actor for Claimer {
 impl Supervised for Claimer {
     fn restarting(&mut self, _: &mut Context<Self>) {
         tracing::warn!("claimer restarting");
-        self.busy = false;
+        self.in_flight = 0;
         self.backing_off = false;
     }
 }
@@ -139,7 +163,7 @@ impl Handler<Drain> for Claimer {
 
     fn handle(&mut self, _: Drain, _: &mut Context<Self>) -> Self::Result {
         self.draining = true;
-        if !self.busy {
+        if self.in_flight == 0 {
             return Box::pin(async {});
         }
         let (tx, rx) = oneshot::channel();

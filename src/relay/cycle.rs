@@ -121,7 +121,9 @@ async fn claim_and_publish(
     deps: &CycleDeps,
 ) -> Result<CycleReport, CycleError> {
     let mut report = CycleReport::default();
+    let t0 = Instant::now();
     let mut heads = outbox::claim_heads(c, deps.batch_size).await?;
+    let t_heads = t0.elapsed();
     report.heads = heads.len();
     if heads.is_empty() {
         return Ok(report);
@@ -143,13 +145,22 @@ async fn claim_and_publish(
                 .map(|k| (h.topic.clone(), k.clone(), h.seq))
         })
         .collect();
-    // Runs get at least half a batch even when heads fill it, so hot keys keep moving.
-    let run_limit = (deps.batch_size - heads.len() as i64).max(deps.batch_size / 2);
-    let followers = outbox::claim_runs(c, &keyed, run_limit).await?;
+    // Runs get their own budget of a batch: with many busy keys, every head brings its
+    // share of followers, so keys advance by more than one event per transaction.
+    let run_limit = deps.batch_size;
+    let t_paused = t0.elapsed();
+    let per_key = if keyed.is_empty() {
+        0
+    } else {
+        (run_limit + keyed.len() as i64 - 1) / keyed.len() as i64
+    };
+    let followers = outbox::claim_runs(c, &keyed, per_key, run_limit).await?;
+    let t_runs = t0.elapsed();
     let chains = ordering::assemble(heads, followers);
 
     let mut attempts: HashMap<Uuid, i32> = HashMap::new();
     let mut created: HashMap<Uuid, chrono::DateTime<Utc>> = HashMap::new();
+    let mut ctids: HashMap<Uuid, &str> = HashMap::new();
     let mut topic_slot: HashMap<String, usize> = HashMap::new();
     let mut per_topic: Vec<(String, Vec<Vec<StreamEvent>>)> = Vec::new();
     for chain in &chains {
@@ -158,6 +169,7 @@ async fn claim_and_publish(
         for row in chain {
             attempts.insert(row.id, row.attempts);
             created.insert(row.id, row.created_at);
+            ctids.insert(row.id, row.ctid.as_str());
         }
         let slot = *topic_slot.entry(first.topic.clone()).or_insert_with(|| {
             per_topic.push((first.topic.clone(), Vec::new()));
@@ -173,9 +185,10 @@ async fn claim_and_publish(
         (topic, result)
     });
     let results = join_all(calls).await;
+    let t_publish = t0.elapsed();
 
     let now = Utc::now();
-    let mut done: Vec<Uuid> = Vec::new();
+    let mut done: Vec<&str> = Vec::new();
     let mut faults: Vec<Fault> = Vec::new();
     for (topic, result) in results {
         for (id, outcome) in result? {
@@ -187,11 +200,11 @@ async fn claim_and_publish(
                             .latencies
                             .push((now - *at).to_std().unwrap_or_default());
                     }
-                    done.push(id);
+                    done.extend(ctids.get(&id));
                 }
                 Outcome::Duplicate => {
                     report.duplicates += 1;
-                    done.push(id);
+                    done.extend(ctids.get(&id));
                 }
                 Outcome::Failed(error) => {
                     report.failed += 1;
@@ -210,6 +223,15 @@ async fn claim_and_publish(
     } else {
         outbox::mark_published(c, &done).await?;
     }
+    let t_mark = t0.elapsed();
+    tracing::trace!(
+        ?t_heads,
+        ?t_paused,
+        ?t_runs,
+        ?t_publish,
+        ?t_mark,
+        "cycle phases"
+    );
     if !faults.is_empty() {
         let failures = deps
             .retry

@@ -63,6 +63,7 @@ pub fn start(
     let batch_size = i64::from(settings.relay.batch_size);
     let delete_on_publish = settings.delete_on_publish();
     let poll_interval = settings.relay.poll_interval;
+    let workers = settings.relay.workers as usize;
     let claimer_pool = pool.clone();
     let claimer = Supervisor::start(move |ctx: &mut actix::Context<Claimer>| {
         let me = actix::AsyncContext::address(ctx).recipient();
@@ -74,7 +75,7 @@ pub fn start(
             batch_size,
             delete_on_publish,
         };
-        Claimer::new(deps, health, poll_interval)
+        Claimer::new(deps, health, poll_interval, workers)
     });
     if !settings.relay.poll_only {
         let limits = SessionLimits {

@@ -501,7 +501,11 @@ pub struct OwnPostgres {
 
 fn as_postgres_user(program: &std::path::Path) -> Command {
     // initdb and postgres refuse to run as root: run them as the `postgres` user then.
-    let root = Command::new("id").arg("-u").output().map(|o| o.stdout == b"0\n").unwrap_or(false);
+    let root = Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| o.stdout == b"0\n")
+        .unwrap_or(false);
     if root {
         let mut c = Command::new("runuser");
         c.args(["-u", "postgres", "--"]).arg(program);
@@ -521,15 +525,26 @@ impl OwnPostgres {
             .max()
             .expect("an initdb");
         let dir = tempfile::tempdir().expect("tempdir");
-        let _ = Command::new("chown").arg("postgres").arg(dir.path()).status();
+        let _ = Command::new("chown")
+            .arg("postgres")
+            .arg(dir.path())
+            .status();
         let data = dir.path().join("data");
         let out = as_postgres_user(&bin.join("initdb"))
             .args(["-A", "trust", "-U", "postgres", "--no-sync", "-D"])
             .arg(&data)
             .output()
             .expect("initdb");
-        assert!(out.status.success(), "initdb: {}", String::from_utf8_lossy(&out.stderr));
-        let me = OwnPostgres { port: free_port(), dir, bin };
+        assert!(
+            out.status.success(),
+            "initdb: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let me = OwnPostgres {
+            port: free_port(),
+            dir,
+            bin,
+        };
         me.restart();
         me
     }
@@ -553,7 +568,11 @@ impl OwnPostgres {
             .arg("start")
             .output()
             .expect("pg_ctl start");
-        assert!(out.status.success(), "pg_ctl start: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "pg_ctl start: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
     /// Stops like a crash: no checkpoint, connections cut.
