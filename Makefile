@@ -3,7 +3,7 @@ SHELL := /bin/bash
 PG_HOST ?= 127.0.0.1
 REDIS_PORT ?= 6379
 
-.PHONY: help services build demo test lint fmt clean
+.PHONY: help services build demo test bench lint fmt clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -20,6 +20,9 @@ demo: services ## run the product on local defaults: its own database, sample ev
 test: services ## run every test against the local Postgres and Redis
 	cargo build --all-targets
 	cargo test --no-fail-fast -- --test-threads=4
+
+bench: services ## measure speed (release build): drain, latency, replicas, hot key, references; JSON in bench-results/
+	cargo run --release --quiet -- bench $(BENCH_ARGS)
 
 lint: ## formatting and clippy, warnings as errors
 	cargo fmt --all -- --check

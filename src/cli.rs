@@ -24,6 +24,32 @@ pub enum Command {
     Run(CommonArgs),
     /// Create a local database, migrate, and run the relay with a sample producer.
     Demo(DemoArgs),
+    /// Measure speed on the local Postgres and Redis (fresh databases; prints a table).
+    Bench(BenchArgs),
+}
+
+/// Flags of `bench`.
+#[derive(Debug, Args, Clone)]
+pub struct BenchArgs {
+    /// The common flags (`--database-url` names the Postgres server; each scenario creates
+    /// its own database there).
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// Events preloaded per drain scenario.
+    #[arg(long, default_value_t = 200_000)]
+    pub events: u64,
+    /// Steady producer rates for the latency scenario, events/s.
+    #[arg(long, value_delimiter = ',', default_value = "1000,5000")]
+    pub rates: Vec<u64>,
+    /// Duration of each steady rate.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    pub duration: std::time::Duration,
+    /// Only these scenarios (drain, replicas, hotkey, baseline, ceiling, latency).
+    #[arg(long, value_delimiter = ',')]
+    pub only: Vec<String>,
+    /// Directory for the JSON results.
+    #[arg(long, default_value = "bench-results")]
+    pub out: std::path::PathBuf,
 }
 
 /// Flags every command takes. They override the file and the environment.

@@ -10,10 +10,12 @@
 //! - [`admin`]: the HTTP server: health, metrics, API, UI.
 //! - [`producer`]: the Rust API to enqueue events in the caller's transaction.
 //! - [`demo`]: the self-contained demo.
+//! - [`bench`]: the benchmark command (`outbox-relay bench`).
 //! - [`telemetry`]: logs and metrics, one function per event.
 
 pub mod admin;
 pub mod app;
+pub mod bench;
 pub mod cli;
 pub mod config;
 pub mod db;

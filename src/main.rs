@@ -27,6 +27,7 @@ fn main() -> ExitCode {
     let (base, common) = match &cli.command {
         Command::Migrate(c) | Command::Run(c) => (Settings::default(), c.clone()),
         Command::Demo(d) => (demo::default_settings(), d.common.clone()),
+        Command::Bench(b) => (Settings::default(), b.common.clone()),
     };
     let settings = match Settings::load(base, common.config.as_deref(), &common.overrides()) {
         Ok(s) => s,
@@ -38,7 +39,7 @@ fn main() -> ExitCode {
             .database_url()
             .map(|_| ())
             .and_then(|_| app::check_admin_exposure(&settings)),
-        Command::Demo(_) => app::check_admin_exposure(&settings),
+        Command::Demo(_) | Command::Bench(_) => app::check_admin_exposure(&settings),
     };
     if let Err(e) = required {
         return config_exit(&e);
@@ -49,6 +50,22 @@ fn main() -> ExitCode {
         Command::Migrate(_) => system.block_on(app::migrate(&settings)),
         Command::Run(_) => system.block_on(app::run(settings)),
         Command::Demo(d) => system.block_on(demo::run(settings, d.rate)),
+        Command::Bench(b) => system.block_on(async move {
+            let options = outbox_relay::bench::BenchOptions {
+                events: b.events,
+                rates: b.rates,
+                duration: b.duration,
+                only: b.only,
+                out_dir: b.out,
+                postgres_url: settings
+                    .database
+                    .url
+                    .clone()
+                    .unwrap_or_else(|| "postgres://postgres@127.0.0.1:5432/postgres".into()),
+                redis_url: settings.redis.url.clone(),
+            };
+            outbox_relay::bench::run(options).await.map(|_| ())
+        }),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

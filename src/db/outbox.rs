@@ -55,26 +55,48 @@ const COLUMNS: &str = "o.id, o.seq, o.topic, o.partition_key, o.payload::text AS
 
 /// Locks up to `limit` claimable events, oldest first, skipping rows locked elsewhere.
 /// Claimable: pending, due, topic not paused, and no earlier pending event of the same key.
+///
+/// With `window`, only the oldest `window` pending rows are considered: the followers of a
+/// hot key are never claimable as heads, and scanning all of them on every claim would cost
+/// O(backlog). The caller falls back to the unbounded scan when the window yields nothing,
+/// so events behind a window full of blocked followers are never starved.
 pub async fn claim_heads(
     conn: &mut AsyncPgConnection,
     limit: i64,
+    window: Option<i64>,
 ) -> Result<Vec<ClaimedRow>, DbError> {
-    let sql = format!(
-        "SELECT {COLUMNS} FROM outbox o
-         WHERE o.published_at IS NULL AND o.dead_at IS NULL AND o.available_at <= now()
+    const FILTER: &str = "o.published_at IS NULL AND o.dead_at IS NULL AND o.available_at <= now()
            AND NOT EXISTS (SELECT 1 FROM outbox_topics t WHERE t.topic = o.topic AND t.paused)
            AND (o.partition_key IS NULL OR NOT EXISTS (
                 SELECT 1 FROM outbox p
                 WHERE p.topic = o.topic AND p.partition_key = o.partition_key
-                  AND p.published_at IS NULL AND p.dead_at IS NULL AND p.seq < o.seq))
-         ORDER BY o.seq
-         LIMIT $1
-         FOR UPDATE OF o SKIP LOCKED"
-    );
-    Ok(diesel::sql_query(sql)
+                  AND p.published_at IS NULL AND p.dead_at IS NULL AND p.seq < o.seq))";
+    let query = match window {
+        Some(window) => diesel::sql_query(format!(
+            "WITH w AS MATERIALIZED (
+                 SELECT seq FROM outbox
+                 WHERE published_at IS NULL AND dead_at IS NULL
+                 ORDER BY seq LIMIT $2)
+             SELECT {COLUMNS} FROM outbox o JOIN w ON o.seq = w.seq
+             WHERE {FILTER}
+             ORDER BY o.seq
+             LIMIT $1
+             FOR UPDATE OF o SKIP LOCKED"
+        ))
+        .into_boxed::<diesel::pg::Pg>()
         .bind::<BigInt, _>(limit)
-        .load(conn)
-        .await?)
+        .bind::<BigInt, _>(window),
+        None => diesel::sql_query(format!(
+            "SELECT {COLUMNS} FROM outbox o
+             WHERE {FILTER}
+             ORDER BY o.seq
+             LIMIT $1
+             FOR UPDATE OF o SKIP LOCKED"
+        ))
+        .into_boxed::<diesel::pg::Pg>()
+        .bind::<BigInt, _>(limit),
+    };
+    Ok(query.load(conn).await?)
 }
 
 /// Locks up to `limit` pending events that follow the given key heads (at most `per_key`

@@ -116,26 +116,29 @@ pub async fn run_once(deps: &CycleDeps) -> Result<CycleReport, CycleError> {
     Ok(report)
 }
 
-async fn claim_and_publish(
+/// The claim half of a cycle, in the caller's transaction: locks heads, drops paused
+/// topics (after taking their shared locks), locks the runs behind keyed heads and returns
+/// the chains in order, with the number of heads and of events left for a later cycle.
+pub async fn claim_chains(
     c: &mut diesel_async::AsyncPgConnection,
-    deps: &CycleDeps,
-) -> Result<CycleReport, CycleError> {
-    let mut report = CycleReport::default();
-    let t0 = Instant::now();
-    let mut heads = outbox::claim_heads(c, deps.batch_size).await?;
-    let t_heads = t0.elapsed();
-    report.heads = heads.len();
+    batch_size: i64,
+) -> Result<(Vec<Vec<ClaimedRow>>, usize, usize), DbError> {
+    let mut heads = outbox::claim_heads(c, batch_size, Some(batch_size * 4)).await?;
     if heads.is_empty() {
-        return Ok(report);
+        heads = outbox::claim_heads(c, batch_size, None).await?;
+    }
+    let head_count = heads.len();
+    let mut deferred = 0;
+    if heads.is_empty() {
+        return Ok((Vec::new(), 0, 0));
     }
     let mut topic_names: Vec<&str> = heads.iter().map(|h| h.topic.as_str()).collect();
     topic_names.sort_unstable();
     topic_names.dedup();
     let paused = topics::lock_and_find_paused(c, &topic_names).await?;
     if !paused.is_empty() {
-        let before = heads.len();
         heads.retain(|h| !paused.contains(&h.topic));
-        report.deferred += before - heads.len();
+        deferred += head_count - heads.len();
     }
     let keyed: Vec<(String, String, i64)> = heads
         .iter()
@@ -147,16 +150,28 @@ async fn claim_and_publish(
         .collect();
     // Runs get their own budget of a batch: with many busy keys, every head brings its
     // share of followers, so keys advance by more than one event per transaction.
-    let run_limit = deps.batch_size;
-    let t_paused = t0.elapsed();
+    let run_limit = batch_size;
     let per_key = if keyed.is_empty() {
         0
     } else {
         (run_limit + keyed.len() as i64 - 1) / keyed.len() as i64
     };
     let followers = outbox::claim_runs(c, &keyed, per_key, run_limit).await?;
-    let t_runs = t0.elapsed();
-    let chains = ordering::assemble(heads, followers);
+    Ok((ordering::assemble(heads, followers), head_count, deferred))
+}
+
+async fn claim_and_publish(
+    c: &mut diesel_async::AsyncPgConnection,
+    deps: &CycleDeps,
+) -> Result<CycleReport, CycleError> {
+    let mut report = CycleReport::default();
+    let (chains, heads, deferred) = claim_chains(c, deps.batch_size).await?;
+    report.heads = heads;
+    report.deferred = deferred;
+    if chains.is_empty() {
+        return Ok(report);
+    }
+    let t_claimed = Instant::now();
 
     let mut attempts: HashMap<Uuid, i32> = HashMap::new();
     let mut created: HashMap<Uuid, chrono::DateTime<Utc>> = HashMap::new();
@@ -185,7 +200,7 @@ async fn claim_and_publish(
         (topic, result)
     });
     let results = join_all(calls).await;
-    let t_publish = t0.elapsed();
+    let t_publish = t_claimed.elapsed();
 
     let now = Utc::now();
     let mut done: Vec<&str> = Vec::new();
@@ -223,15 +238,7 @@ async fn claim_and_publish(
     } else {
         outbox::mark_published(c, &done).await?;
     }
-    let t_mark = t0.elapsed();
-    tracing::trace!(
-        ?t_heads,
-        ?t_paused,
-        ?t_runs,
-        ?t_publish,
-        ?t_mark,
-        "cycle phases"
-    );
+    tracing::trace!(?t_publish, t_mark = ?t_claimed.elapsed(), "cycle phases after claim");
     if !faults.is_empty() {
         let failures = deps
             .retry

@@ -1,0 +1,359 @@
+//! Bench plumbing: scratch databases and stream prefixes, relay processes with their CPU
+//! and memory read from /proc, WAL positions, and the drain scenario itself.
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use diesel::sql_types::{BigInt, Double};
+use diesel::QueryableByName;
+use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
+use uuid::Uuid;
+
+use super::Figure;
+
+/// Topics of the mixed workload.
+pub const TOPICS: u64 = 10;
+
+/// Where the bench runs.
+#[derive(Debug, Clone)]
+pub struct BenchEnv {
+    /// Admin URL of the local Postgres.
+    pub postgres_url: String,
+    /// Redis URL.
+    pub redis_url: String,
+}
+
+impl BenchEnv {
+    /// The environment at these URLs.
+    pub fn new(postgres_url: &str, redis_url: &str) -> Self {
+        BenchEnv {
+            postgres_url: postgres_url.to_string(),
+            redis_url: redis_url.to_string(),
+        }
+    }
+}
+
+/// A fresh, migrated database and stream prefix; removed by [`Scratch::cleanup`].
+pub struct Scratch {
+    /// Database name.
+    pub name: String,
+    /// Its URL.
+    pub url: String,
+    /// Stream prefix of this scenario.
+    pub prefix: String,
+    env: BenchEnv,
+}
+
+fn url_with_db(admin: &str, db: &str) -> anyhow::Result<String> {
+    let mut url = url::Url::parse(admin).context("postgres url")?;
+    url.set_path(&format!("/{db}"));
+    Ok(url.to_string())
+}
+
+impl Scratch {
+    /// Creates and migrates a database for one scenario.
+    pub async fn new(env: &BenchEnv) -> anyhow::Result<Scratch> {
+        let id = Uuid::new_v4().simple().to_string();
+        let name = format!("outbox_bench_{}", &id[..12]);
+        let mut admin = AsyncPgConnection::establish(&env.postgres_url)
+            .await
+            .context("connect to postgres")?;
+        admin
+            .batch_execute(&format!("CREATE DATABASE {name}"))
+            .await?;
+        let url = url_with_db(&env.postgres_url, &name)?;
+        crate::db::migrate::run_pending(&url).await?;
+        Ok(Scratch {
+            name,
+            url,
+            prefix: format!("bench-{}:", &id[..12]),
+            env: env.clone(),
+        })
+    }
+
+    /// A connection to the scratch database.
+    pub async fn conn(&self) -> anyhow::Result<AsyncPgConnection> {
+        Ok(AsyncPgConnection::establish(&self.url).await?)
+    }
+
+    /// Stream key of topic `n` of the workload.
+    pub fn stream(&self, n: u64) -> String {
+        format!("{}bench.topic{n}", self.prefix)
+    }
+
+    /// Total entries in the workload's streams.
+    pub async fn streamed(
+        &self,
+        redis: &mut redis::aio::MultiplexedConnection,
+    ) -> anyhow::Result<u64> {
+        let mut pipe = redis::pipe();
+        for t in 0..TOPICS {
+            pipe.cmd("XLEN").arg(self.stream(t));
+        }
+        let lens: Vec<u64> = pipe.query_async(redis).await?;
+        Ok(lens.iter().sum())
+    }
+
+    /// Drops the database and deletes the streams (and their dedup sets).
+    pub async fn cleanup(self) {
+        if let Ok(mut admin) = AsyncPgConnection::establish(&self.env.postgres_url).await {
+            let _ = admin
+                .batch_execute(&format!(
+                    "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+                    self.name
+                ))
+                .await;
+        }
+        if let Ok(mut redis) = redis_conn(&self.env.redis_url).await {
+            let keys: Vec<String> = redis::cmd("KEYS")
+                .arg(format!("*{}*", self.prefix))
+                .query_async(&mut redis)
+                .await
+                .unwrap_or_default();
+            for chunk in keys.chunks(500) {
+                let _: redis::RedisResult<()> =
+                    redis::cmd("DEL").arg(chunk).query_async(&mut redis).await;
+            }
+        }
+    }
+}
+
+/// A multiplexed Redis connection with a generous response timeout.
+pub async fn redis_conn(url: &str) -> anyhow::Result<redis::aio::MultiplexedConnection> {
+    let config =
+        redis::AsyncConnectionConfig::new().set_response_timeout(Some(Duration::from_secs(30)));
+    Ok(redis::Client::open(url)?
+        .get_multiplexed_async_connection_with_config(&config)
+        .await?)
+}
+
+/// The shape of the preloaded backlog.
+#[derive(Debug, Clone, Copy)]
+pub enum Shape {
+    /// 10 topics, half the events keyed over 1000 keys, ~250-byte payloads.
+    Mixed,
+    /// Every event on one topic and one partition key.
+    HotKey,
+}
+
+/// Preloads `n` events.
+pub async fn preload(scratch: &Scratch, n: u64, shape: Shape) -> anyhow::Result<()> {
+    let mut conn = scratch.conn().await?;
+    let sql = match shape {
+        Shape::Mixed => format!(
+            "INSERT INTO outbox (topic, payload, partition_key)
+             SELECT 'bench.topic' || (i % {TOPICS}), jsonb_build_object('n', i, 'pad', repeat('x', 220)),
+                    CASE WHEN i % 2 = 0 THEN 'key-' || (i % 1000) END
+             FROM generate_series(1, {n}) AS i ORDER BY i"
+        ),
+        Shape::HotKey => format!(
+            "INSERT INTO outbox (topic, payload, partition_key)
+             SELECT 'bench.topic0', jsonb_build_object('n', i, 'pad', repeat('x', 220)), 'hot'
+             FROM generate_series(1, {n}) AS i ORDER BY i"
+        ),
+    };
+    conn.batch_execute(&sql).await?;
+    conn.batch_execute("VACUUM ANALYZE outbox").await?;
+    Ok(())
+}
+
+/// The current WAL position in bytes.
+pub async fn wal_position(conn: &mut AsyncPgConnection) -> anyhow::Result<f64> {
+    #[derive(QueryableByName)]
+    struct Lsn {
+        #[diesel(sql_type = Double)]
+        bytes: f64,
+    }
+    let lsn: Lsn =
+        diesel::sql_query("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::float8 AS bytes")
+            .get_result(conn)
+            .await?;
+    Ok(lsn.bytes)
+}
+
+/// Pending rows.
+pub async fn pending(conn: &mut AsyncPgConnection) -> anyhow::Result<i64> {
+    #[derive(QueryableByName)]
+    struct Count {
+        #[diesel(sql_type = BigInt)]
+        n: i64,
+    }
+    let c: Count = diesel::sql_query(
+        "SELECT count(*) AS n FROM outbox WHERE published_at IS NULL AND dead_at IS NULL",
+    )
+    .get_result(conn)
+    .await?;
+    Ok(c.n)
+}
+
+/// A relay process of this binary.
+pub struct RelayProcess {
+    child: Child,
+}
+
+/// CPU seconds and peak RSS (MB) of a process, from /proc.
+fn proc_usage(pid: u32) -> (f64, f64) {
+    let ticks = 100.0; // USER_HZ on Linux
+    let cpu = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            let after = stat.rsplit_once(')')?.1.to_string();
+            let fields: Vec<&str> = after.split_whitespace().collect();
+            let utime: f64 = fields.get(11)?.parse().ok()?;
+            let stime: f64 = fields.get(12)?.parse().ok()?;
+            Some((utime + stime) / ticks)
+        })
+        .unwrap_or(0.0);
+    let rss = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|status| {
+            let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+            let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+            Some(kb / 1024.0)
+        })
+        .unwrap_or(0.0);
+    (cpu, rss)
+}
+
+impl RelayProcess {
+    /// Starts `outbox-relay run` on the scratch database.
+    pub fn start(
+        scratch: &Scratch,
+        env: &BenchEnv,
+        name: &str,
+        extra: &[(&str, &str)],
+    ) -> anyhow::Result<Self> {
+        let exe = std::env::current_exe().context("own binary")?;
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let child = Command::new(exe)
+            .arg("run")
+            .env("DATABASE_URL", &scratch.url)
+            .env("REDIS_URL", &env.redis_url)
+            .env("OUTBOX__REDIS__STREAM_PREFIX", &scratch.prefix)
+            .env("OUTBOX__ADMIN__ADDR", format!("127.0.0.1:{port}"))
+            .env("OUTBOX__INSTANCE_ID", name)
+            .env("RUST_LOG", "warn")
+            .envs(extra.iter().copied())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .context("start relay")?;
+        Ok(RelayProcess { child })
+    }
+
+    /// Stops it (SIGTERM, then SIGKILL after 10 s); returns (cpu seconds, peak RSS MB).
+    pub fn stop(mut self) -> (f64, f64) {
+        let pid = self.child.id();
+        let usage = proc_usage(pid);
+        let _ = Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return usage;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        usage
+    }
+}
+
+/// A drain's measurements.
+#[derive(Debug, Clone, Default)]
+pub struct Drain {
+    /// Events drained.
+    pub events: u64,
+    /// Wall time.
+    pub seconds: f64,
+    /// Relay CPU seconds.
+    pub cpu: f64,
+    /// Largest relay peak RSS.
+    pub rss: f64,
+    /// WAL bytes written during the drain.
+    pub wal: f64,
+}
+
+impl Drain {
+    /// As a figure.
+    pub fn figure(&self, name: &str) -> Figure {
+        Figure {
+            scenario: name.into(),
+            events: self.events,
+            seconds: Some(self.seconds),
+            events_per_sec: Some(self.events as f64 / self.seconds.max(1e-9)),
+            cpu_seconds: (self.cpu > 0.0).then_some(self.cpu),
+            peak_rss_mb: (self.rss > 0.0).then_some(self.rss),
+            wal_bytes_per_event: Some(self.wal / self.events.max(1) as f64),
+            ..Figure::default()
+        }
+    }
+}
+
+/// Preloads `n` events, starts `replicas` relays, times until every event is in a stream.
+pub async fn drain(
+    env: &BenchEnv,
+    n: u64,
+    replicas: usize,
+    shape: Shape,
+    extra: &[(&str, &str)],
+) -> anyhow::Result<Drain> {
+    let scratch = Scratch::new(env).await?;
+    let result = drain_in(&scratch, env, n, replicas, shape, extra).await;
+    scratch.cleanup().await;
+    result
+}
+
+async fn drain_in(
+    scratch: &Scratch,
+    env: &BenchEnv,
+    n: u64,
+    replicas: usize,
+    shape: Shape,
+    extra: &[(&str, &str)],
+) -> anyhow::Result<Drain> {
+    preload(scratch, n, shape).await?;
+    let mut conn = scratch.conn().await?;
+    let mut redis = redis_conn(&env.redis_url).await?;
+    let wal_before = wal_position(&mut conn).await?;
+    let started = Instant::now();
+    let relays = (0..replicas)
+        .map(|i| RelayProcess::start(scratch, env, &format!("bench-{i}"), extra))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let deadline = started + Duration::from_secs(600);
+    loop {
+        if scratch.streamed(&mut redis).await? >= n {
+            break;
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "drain did not finish in 10 minutes"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    // The rows are marked in the same transaction as the XADD: wait for the last commit.
+    while pending(&mut conn).await? > 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let wal = wal_position(&mut conn).await? - wal_before;
+    let mut cpu = 0.0;
+    let mut rss: f64 = 0.0;
+    for relay in relays {
+        let (c, r) = relay.stop();
+        cpu += c;
+        rss = rss.max(r);
+    }
+    Ok(Drain {
+        events: n,
+        seconds,
+        cpu,
+        rss,
+        wal,
+    })
+}

@@ -1,0 +1,185 @@
+//! Steady-rate latency: producers commit one event per transaction at a fixed rate while a
+//! consumer XREADs the streams; latency is from the producer's commit returning to the
+//! consumer receiving the entry, both measured on this process's monotonic clock.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use diesel::sql_types::{Text, Uuid as SqlUuid};
+use diesel::QueryableByName;
+use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
+use redis::streams::{StreamReadOptions, StreamReadReply};
+use uuid::Uuid;
+
+use super::harness::{self, BenchEnv, RelayProcess, Scratch, TOPICS};
+use super::Figure;
+
+/// Percentiles of one steady run.
+#[derive(Debug, Clone, Default)]
+pub struct Latency {
+    /// Events committed.
+    pub events: u64,
+    /// Sorted latencies, ms.
+    pub samples: Vec<f64>,
+    /// Relay CPU seconds.
+    pub cpu: f64,
+    /// Relay peak RSS, MB.
+    pub rss: f64,
+}
+
+fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let rank = ((p / 100.0) * (sorted.len() as f64 - 1.0)).round() as usize;
+    sorted.get(rank.min(sorted.len() - 1)).copied()
+}
+
+impl Latency {
+    /// As a figure.
+    pub fn figure(&self, name: &str) -> Figure {
+        Figure {
+            scenario: name.into(),
+            events: self.events,
+            p50_ms: percentile(&self.samples, 50.0),
+            p99_ms: percentile(&self.samples, 99.0),
+            p999_ms: percentile(&self.samples, 99.9),
+            max_ms: self.samples.last().copied(),
+            cpu_seconds: Some(self.cpu),
+            peak_rss_mb: Some(self.rss),
+            ..Figure::default()
+        }
+    }
+}
+
+#[derive(QueryableByName)]
+struct Inserted {
+    #[diesel(sql_type = SqlUuid)]
+    id: Uuid,
+}
+
+/// Runs one steady rate for `duration`.
+pub async fn steady(env: &BenchEnv, rate: u64, duration: Duration) -> anyhow::Result<Latency> {
+    let scratch = Scratch::new(env).await?;
+    let result = steady_in(&scratch, env, rate, duration).await;
+    scratch.cleanup().await;
+    result
+}
+
+async fn steady_in(
+    scratch: &Scratch,
+    env: &BenchEnv,
+    rate: u64,
+    duration: Duration,
+) -> anyhow::Result<Latency> {
+    let relay = RelayProcess::start(scratch, env, "bench-latency", &[])?;
+    // Let the relay connect and LISTEN before the clock starts.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let committed: Arc<Mutex<HashMap<Uuid, Instant>>> = Arc::default();
+    let received: Arc<Mutex<HashMap<Uuid, Instant>>> = Arc::default();
+    let total = rate * duration.as_secs().max(1);
+
+    let consumer = {
+        let received = received.clone();
+        let streams: Vec<String> = (0..TOPICS).map(|t| scratch.stream(t)).collect();
+        let url = env.redis_url.clone();
+        tokio::spawn(async move {
+            let mut redis = harness::redis_conn(&url).await?;
+            let mut ids: Vec<String> = vec!["0-0".to_string(); streams.len()];
+            let opts = StreamReadOptions::default().block(500).count(1000);
+            let deadline = Instant::now() + duration + Duration::from_secs(30);
+            while (received.lock().map(|r| r.len()).unwrap_or(0) as u64) < total
+                && Instant::now() < deadline
+            {
+                let reply: Option<StreamReadReply> = redis::cmd("XREAD")
+                    .arg(&opts)
+                    .arg("STREAMS")
+                    .arg(&streams)
+                    .arg(&ids)
+                    .query_async(&mut redis)
+                    .await?;
+                let now = Instant::now();
+                let Some(reply) = reply else { continue };
+                for key in reply.keys {
+                    let slot = streams.iter().position(|s| *s == key.key).unwrap_or(0);
+                    for entry in key.ids {
+                        ids[slot] = entry.id.clone();
+                        let id: Option<String> = entry.get("id");
+                        if let Some(id) = id.and_then(|s| Uuid::parse_str(&s).ok()) {
+                            if let Ok(mut r) = received.lock() {
+                                r.insert(id, now);
+                            }
+                        }
+                    }
+                }
+            }
+            Ok::<_, anyhow::Error>(())
+        })
+    };
+
+    // Producers: enough connections that commits (an fsync each) keep up with the rate.
+    let producers = ((rate / 250) as usize).clamp(2, 32);
+    let started = Instant::now();
+    let interval = Duration::from_secs_f64(1.0 / rate as f64);
+    let mut tasks = Vec::new();
+    for p in 0..producers {
+        let url = scratch.url.clone();
+        let committed = committed.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut conn = AsyncPgConnection::establish(&url).await?;
+            let mut i = p as u64;
+            while i < total {
+                let due = started + interval.mul_f64(i as f64);
+                tokio::time::sleep_until(due.into()).await;
+                let topic = format!("bench.topic{}", i % TOPICS);
+                let key = (i % 2 == 0).then(|| format!("key-{}", i % 1000));
+                let row: Inserted = diesel::sql_query(
+                    "INSERT INTO outbox (topic, payload, partition_key)
+                     VALUES ($1, jsonb_build_object('n', $2::bigint, 'pad', repeat('x', 220)), $3)
+                     RETURNING id",
+                )
+                .bind::<Text, _>(topic)
+                .bind::<diesel::sql_types::BigInt, _>(i as i64)
+                .bind::<diesel::sql_types::Nullable<Text>, _>(key)
+                .get_result(&mut conn)
+                .await?;
+                let at = Instant::now();
+                if let Ok(mut c) = committed.lock() {
+                    c.insert(row.id, at);
+                }
+                i += producers as u64;
+            }
+            Ok::<_, anyhow::Error>(())
+        }));
+    }
+    for t in tasks {
+        t.await??;
+    }
+    consumer.await??;
+    let (cpu, rss) = relay.stop();
+    let committed = committed.lock().map(|c| c.clone()).unwrap_or_default();
+    let received = received.lock().map(|r| r.clone()).unwrap_or_default();
+    let mut samples: Vec<f64> = committed
+        .iter()
+        .filter_map(|(id, at)| {
+            received
+                .get(id)
+                // An entry can arrive before the producer's commit call returns: count 0.
+                .map(|got| got.saturating_duration_since(*at).as_secs_f64() * 1000.0)
+        })
+        .collect();
+    anyhow::ensure!(
+        samples.len() == committed.len(),
+        "{} of {} events never reached their stream",
+        committed.len() - samples.len(),
+        committed.len()
+    );
+    samples.sort_by(|a, b| a.total_cmp(b));
+    Ok(Latency {
+        events: committed.len() as u64,
+        samples,
+        cpu,
+        rss,
+    })
+}

@@ -1,0 +1,94 @@
+//! `outbox-relay bench`: the one honest way to measure speed. Each scenario runs in a fresh
+//! database and stream prefix on the local Postgres and Redis, against real relay processes
+//! (this same binary, `run`), and prints figures; nothing here asserts a time.
+//!
+//! Scenarios: drain (keep rows / delete mode), steady latency at fixed rates, replicas 1-3,
+//! a single hot key, and in the same run two references: the seed article's algorithm
+//! (10 rows per transaction, one XADD and one UPDATE per event) and the ceiling (the relay's
+//! own SQL with the Redis step removed).
+
+pub mod harness;
+pub mod latency;
+pub mod reference;
+pub mod report;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+pub use harness::BenchEnv;
+pub use report::{Figure, Report};
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct BenchOptions {
+    /// Events preloaded for the drain scenarios.
+    pub events: u64,
+    /// Steady rates (events/s) for the latency scenario.
+    pub rates: Vec<u64>,
+    /// How long each steady rate runs.
+    pub duration: Duration,
+    /// Scenario names to run (empty: all).
+    pub only: Vec<String>,
+    /// Where JSON results go.
+    pub out_dir: PathBuf,
+    /// Admin URL of the local Postgres (databases are created next to it).
+    pub postgres_url: String,
+    /// Redis URL.
+    pub redis_url: String,
+}
+
+impl BenchOptions {
+    fn wants(&self, name: &str) -> bool {
+        self.only.is_empty() || self.only.iter().any(|o| name.starts_with(o.as_str()))
+    }
+}
+
+/// Runs the selected scenarios, prints the table, writes JSON; returns the report.
+pub async fn run(options: BenchOptions) -> anyhow::Result<Report> {
+    let env = BenchEnv::new(&options.postgres_url, &options.redis_url);
+    let mut report = Report::new(&options);
+    let n = options.events;
+
+    if options.wants("drain") {
+        let keep = harness::drain(&env, n, 1, harness::Shape::Mixed, &[]).await?;
+        report.push(keep.figure("drain (keep rows)"));
+        let delete = harness::drain(
+            &env,
+            n,
+            1,
+            harness::Shape::Mixed,
+            &[("OUTBOX__RETENTION__PUBLISHED_FOR", "0s")],
+        )
+        .await?;
+        report.push(delete.figure("drain (delete mode)"));
+    }
+    if options.wants("replicas") {
+        for replicas in [1, 2, 3] {
+            let r = harness::drain(&env, n, replicas, harness::Shape::Mixed, &[]).await?;
+            report.push(r.figure(&format!("replicas: {replicas}")));
+        }
+    }
+    if options.wants("hotkey") {
+        let r = harness::drain(&env, n, 1, harness::Shape::HotKey, &[]).await?;
+        report.push(r.figure("hot key (one partition key)"));
+    }
+    if options.wants("baseline") {
+        let baseline_n = n.min(20_000);
+        let r = reference::seed_algorithm(&env, baseline_n).await?;
+        report.push(r.figure("baseline: seed algorithm, indexed"));
+    }
+    if options.wants("ceiling") {
+        let r = reference::ceiling(&env, n).await?;
+        report.push(r.figure("ceiling: relay SQL, no Redis"));
+    }
+    if options.wants("latency") {
+        for &rate in &options.rates {
+            let l = latency::steady(&env, rate, options.duration).await?;
+            report.push(l.figure(&format!("latency at {rate}/s")));
+        }
+    }
+    report.print();
+    let path = report.write_json(&options.out_dir)?;
+    println!("results: {}", path.display());
+    Ok(report)
+}

@@ -1,0 +1,134 @@
+//! The two references every bench run measures next to the relay:
+//! - the seed article's algorithm, with an index on pending rows: one worker claims 10 rows
+//!   `FOR UPDATE SKIP LOCKED ORDER BY created_at`, and for each row awaits one XADD and one
+//!   UPDATE, then commits;
+//! - the ceiling: the relay's own claim SQL and mark, with the Redis step removed, on the
+//!   same number of concurrent transactions as the relay's default `relay.workers`.
+
+use std::time::Instant;
+
+use diesel::sql_types::{Text, Uuid as SqlUuid};
+use diesel::QueryableByName;
+use diesel_async::{AsyncConnection, RunQueryDsl, SimpleAsyncConnection};
+use futures::future::try_join_all;
+
+use super::harness::{self, BenchEnv, Drain, Scratch, Shape};
+use crate::db::{outbox, DbError};
+use crate::relay::cycle::claim_chains;
+
+#[derive(QueryableByName)]
+struct SeedRow {
+    #[diesel(sql_type = SqlUuid)]
+    id: uuid::Uuid,
+    #[diesel(sql_type = Text)]
+    topic: String,
+    #[diesel(sql_type = Text)]
+    payload: String,
+}
+
+/// The seed article's worker loop, as published but with the index it lacks.
+pub async fn seed_algorithm(env: &BenchEnv, n: u64) -> anyhow::Result<Drain> {
+    let scratch = Scratch::new(env).await?;
+    let result = async {
+        harness::preload(&scratch, n, Shape::Mixed).await?;
+        let mut conn = scratch.conn().await?;
+        conn.batch_execute(
+            "CREATE INDEX bench_seed_pending ON outbox (created_at) WHERE published_at IS NULL",
+        )
+        .await?;
+        let mut redis = harness::redis_conn(&env.redis_url).await?;
+        let wal_before = harness::wal_position(&mut conn).await?;
+        let started = Instant::now();
+        loop {
+            let prefix = scratch.prefix.clone();
+            let redis = &mut redis;
+            let moved = conn
+                .transaction::<usize, anyhow::Error, _>(async |tx| {
+                    let rows: Vec<SeedRow> = diesel::sql_query(
+                        "SELECT id, topic, payload::text AS payload FROM outbox
+                         WHERE published_at IS NULL ORDER BY created_at LIMIT 10
+                         FOR UPDATE SKIP LOCKED",
+                    )
+                    .load(tx)
+                    .await?;
+                    for row in &rows {
+                        let _: String = redis::cmd("XADD")
+                            .arg(format!("{prefix}{}", row.topic))
+                            .arg("*")
+                            .arg("id")
+                            .arg(row.id.to_string())
+                            .arg("payload")
+                            .arg(&row.payload)
+                            .query_async(redis)
+                            .await?;
+                        diesel::sql_query("UPDATE outbox SET published_at = now() WHERE id = $1")
+                            .bind::<SqlUuid, _>(row.id)
+                            .execute(tx)
+                            .await?;
+                    }
+                    Ok(rows.len())
+                })
+                .await?;
+            if moved == 0 {
+                break;
+            }
+        }
+        let seconds = started.elapsed().as_secs_f64();
+        let wal = harness::wal_position(&mut conn).await? - wal_before;
+        Ok(Drain {
+            events: n,
+            seconds,
+            wal,
+            ..Drain::default()
+        })
+    }
+    .await;
+    scratch.cleanup().await;
+    result
+}
+
+/// The relay's claim and mark with no Redis: what Postgres allows this design.
+pub async fn ceiling(env: &BenchEnv, n: u64) -> anyhow::Result<Drain> {
+    let scratch = Scratch::new(env).await?;
+    let result = async {
+        harness::preload(&scratch, n, Shape::Mixed).await?;
+        let mut conn = scratch.conn().await?;
+        let wal_before = harness::wal_position(&mut conn).await?;
+        let workers = crate::config::Settings::default().relay.workers as usize;
+        let batch = i64::from(crate::config::Settings::default().relay.batch_size);
+        let started = Instant::now();
+        let loops = (0..workers).map(|_| {
+            let url = scratch.url.clone();
+            async move {
+                let mut c = diesel_async::AsyncPgConnection::establish(&url).await?;
+                let mut idle = 0;
+                while idle < 3 {
+                    let claimed = c
+                        .transaction::<usize, DbError, _>(async |tx| {
+                            let (chains, _, _) = claim_chains(tx, batch).await?;
+                            let ctids: Vec<&str> =
+                                chains.iter().flatten().map(|r| r.ctid.as_str()).collect();
+                            outbox::mark_published(tx, &ctids).await?;
+                            Ok(ctids.len())
+                        })
+                        .await?;
+                    idle = if claimed == 0 { idle + 1 } else { 0 };
+                }
+                Ok::<_, anyhow::Error>(())
+            }
+        });
+        try_join_all(loops).await?;
+        anyhow::ensure!(harness::pending(&mut conn).await? == 0, "ceiling left rows");
+        let seconds = started.elapsed().as_secs_f64();
+        let wal = harness::wal_position(&mut conn).await? - wal_before;
+        Ok(Drain {
+            events: n,
+            seconds,
+            wal,
+            ..Drain::default()
+        })
+    }
+    .await;
+    scratch.cleanup().await;
+    result
+}

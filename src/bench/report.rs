@@ -1,0 +1,125 @@
+//! The bench's results: one [`Figure`] per scenario, printed as a table and written as JSON.
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use super::BenchOptions;
+
+/// One scenario's figures. Absent numbers do not apply to the scenario.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Figure {
+    /// Scenario name.
+    pub scenario: String,
+    /// Events moved.
+    pub events: u64,
+    /// Wall time of the drain, seconds.
+    pub seconds: Option<f64>,
+    /// Events per second.
+    pub events_per_sec: Option<f64>,
+    /// Commit-to-stream latency percentiles, milliseconds.
+    pub p50_ms: Option<f64>,
+    /// 99th percentile, ms.
+    pub p99_ms: Option<f64>,
+    /// 99.9th percentile, ms.
+    pub p999_ms: Option<f64>,
+    /// Maximum, ms.
+    pub max_ms: Option<f64>,
+    /// Relay CPU seconds (all relay processes).
+    pub cpu_seconds: Option<f64>,
+    /// Peak resident memory of the largest relay process, MB.
+    pub peak_rss_mb: Option<f64>,
+    /// Postgres WAL bytes per event.
+    pub wal_bytes_per_event: Option<f64>,
+}
+
+/// The whole run.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// When it ran (RFC 3339).
+    pub started_at: String,
+    /// The binary's version.
+    pub version: String,
+    /// Preloaded events per drain.
+    pub events: u64,
+    /// Figures in run order.
+    pub figures: Vec<Figure>,
+}
+
+impl Report {
+    /// An empty report for `options`.
+    pub fn new(options: &BenchOptions) -> Self {
+        Report {
+            started_at: chrono::Utc::now().to_rfc3339(),
+            version: crate::VERSION.to_string(),
+            events: options.events,
+            figures: Vec::new(),
+        }
+    }
+
+    /// Adds a figure and prints it at once (a long run shows progress).
+    pub fn push(&mut self, figure: Figure) {
+        eprintln!("bench: {} done", figure.scenario);
+        self.figures.push(figure);
+    }
+
+    fn find(&self, prefix: &str) -> Option<f64> {
+        self.figures
+            .iter()
+            .find(|f| f.scenario.starts_with(prefix))
+            .and_then(|f| f.events_per_sec)
+    }
+
+    /// Prints the table, with the ratios to the references measured in this run.
+    pub fn print(&self) {
+        fn cell(v: Option<f64>, decimals: usize) -> String {
+            v.map(|v| format!("{v:.decimals$}"))
+                .unwrap_or_else(|| "-".into())
+        }
+        println!(
+            "{:<36} {:>9} {:>11} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9}",
+            "scenario",
+            "events",
+            "events/s",
+            "p50 ms",
+            "p99 ms",
+            "p99.9",
+            "max ms",
+            "cpu s",
+            "rss MB",
+            "WAL B/ev"
+        );
+        for f in &self.figures {
+            println!(
+                "{:<36} {:>9} {:>11} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9}",
+                f.scenario,
+                f.events,
+                cell(f.events_per_sec, 0),
+                cell(f.p50_ms, 1),
+                cell(f.p99_ms, 1),
+                cell(f.p999_ms, 1),
+                cell(f.max_ms, 1),
+                cell(f.cpu_seconds, 2),
+                cell(f.peak_rss_mb, 1),
+                cell(f.wal_bytes_per_event, 0),
+            );
+        }
+        if let Some(ours) = self.find("drain (keep") {
+            if let Some(seed) = self.find("baseline") {
+                println!("drain / seed algorithm: {:.1}x", ours / seed);
+            }
+            if let Some(ceiling) = self.find("ceiling") {
+                println!("drain / ceiling: {:.2}", ours / ceiling);
+            }
+        }
+    }
+
+    /// Writes `bench-<timestamp>.json` under `dir`.
+    pub fn write_json(&self, dir: &Path) -> anyhow::Result<PathBuf> {
+        std::fs::create_dir_all(dir)?;
+        let stamp = chrono::Utc::now().format("%Y%m%dT%H%M%SZ");
+        let path = dir.join(format!("bench-{stamp}.json"));
+        std::fs::write(&path, serde_json::to_string_pretty(self)?)?;
+        Ok(path)
+    }
+}

@@ -1,0 +1,62 @@
+//! A short run of `outbox-relay bench`, so the benchmark cannot rot. It checks that every
+//! scenario runs and reports its figures; it asserts no speed.
+
+mod common;
+
+use std::process::Command;
+
+use common::BIN;
+
+#[test]
+fn bench_runs_every_scenario_and_writes_json() {
+    let out_dir = tempfile::tempdir().expect("tempdir");
+    let out = Command::new(BIN)
+        .args([
+            "bench",
+            "--events",
+            "2000",
+            "--rates",
+            "200",
+            "--duration",
+            "2s",
+            "--out",
+        ])
+        .arg(out_dir.path())
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run bench");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for scenario in [
+        "drain (keep rows)",
+        "drain (delete mode)",
+        "replicas: 3",
+        "hot key",
+        "baseline: seed algorithm",
+        "ceiling: relay SQL",
+        "latency at 200/s",
+        "drain / seed algorithm",
+        "drain / ceiling",
+    ] {
+        assert!(stdout.contains(scenario), "missing {scenario}:\n{stdout}");
+    }
+    let json = std::fs::read_dir(out_dir.path())
+        .expect("out dir")
+        .filter_map(|e| e.ok())
+        .find(|e| e.path().extension().is_some_and(|x| x == "json"))
+        .expect("a JSON result");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(json.path()).expect("read")).expect("json");
+    let figures = report["figures"].as_array().expect("figures");
+    assert_eq!(figures.len(), 9);
+    let latency = figures
+        .iter()
+        .find(|f| f["scenario"] == "latency at 200/s")
+        .expect("latency");
+    assert_eq!(latency["events"], 400, "every produced event was received");
+    assert!(latency["p99_ms"].as_f64().is_some());
+}
