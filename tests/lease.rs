@@ -1,0 +1,82 @@
+//! A hung replica (SIGSTOP, so its connections stay open and its row locks stay held) loses
+//! its claim after `relay.lease`: Postgres ends its transaction and another replica publishes
+//! the events, once each. Also: `relay.poll_only` delivers without LISTEN.
+
+mod common;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hung_replicas_claim_is_taken_over_after_the_lease() {
+    let db = TestDb::new().await;
+    let redis = TestRedis::shared();
+    db.exec(
+        "INSERT INTO outbox (topic, payload, partition_key)
+         SELECT 't' || (i % 3), jsonb_build_object('n', i), 'k' || (i % 100)
+         FROM generate_series(1, 40000) AS i ORDER BY i",
+    )
+    .await;
+    let mut env = base_env(&db, &redis);
+    env.push(("OUTBOX__RELAY__LEASE".into(), "3s".into()));
+    env.push(("OUTBOX__REDIS__TIMEOUT".into(), "1s".into()));
+    env.push(("OUTBOX__RELAY__BATCH_SIZE".into(), "500".into()));
+    let hung = RelayProc::spawn("hung", &env);
+    // Freeze it while it is busy draining, so it most likely holds a claim.
+    db.wait_for(
+        "SELECT (count(*) FILTER (WHERE published_at IS NOT NULL) > 3000)::int FROM outbox",
+        1,
+        Duration::from_secs(30),
+    )
+    .await;
+    let pid = hung.child.id().to_string();
+    Command::new("kill")
+        .args(["-STOP", &pid])
+        .status()
+        .expect("SIGSTOP");
+    let frozen_at = Instant::now();
+    let _rescuer = RelayProc::spawn("rescuer", &env);
+    db.wait_for(
+        "SELECT count(*) FROM outbox WHERE published_at IS NULL",
+        0,
+        Duration::from_secs(60),
+    )
+    .await;
+    let took = frozen_at.elapsed();
+    Command::new("kill")
+        .args(["-CONT", &pid])
+        .status()
+        .expect("SIGCONT");
+    assert_eq!(assert_exactly_once(&redis, 3).await, 40_000);
+    assert_eq!(
+        db.scalar("SELECT count(*) FROM outbox WHERE attempts > 0")
+            .await,
+        0
+    );
+    eprintln!("backlog finished {took:?} after the freeze");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn poll_only_delivers_without_listen() {
+    let db = TestDb::new().await;
+    let redis = TestRedis::shared();
+    let mut env = base_env(&db, &redis);
+    env.push(("OUTBOX__RELAY__POLL_ONLY".into(), "true".into()));
+    let _relay = RelayProc::spawn("poller", &env);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    insert_events(&db, 500, 2, 10).await;
+    db.wait_for(
+        "SELECT count(*) FROM outbox WHERE published_at IS NULL",
+        0,
+        Duration::from_secs(20),
+    )
+    .await;
+    assert_eq!(
+        db.scalar("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query ILIKE 'LISTEN%'").await,
+        0,
+        "no LISTEN connection in poll-only mode"
+    );
+    assert_eq!(redis.xlen("t0").await + redis.xlen("t1").await, 500);
+}
