@@ -111,10 +111,14 @@ async fn concurrent_migrate_is_safe_and_idempotent() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
+    let migrations = std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/migrations"))
+        .expect("migrations dir")
+        .count() as i64;
     assert_eq!(
         db.scalar("SELECT count(*) FROM __diesel_schema_migrations")
             .await,
-        1
+        migrations,
+        "each migration applied exactly once"
     );
     assert_eq!(db.scalar("SELECT count(*) FROM outbox").await, 0);
     let again = relay(&["migrate"], &[("DATABASE_URL", &db.url)]);

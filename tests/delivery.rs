@@ -162,3 +162,35 @@ async fn future_available_at_waits_and_sql_enqueue_works() {
     assert_eq!(entries[0]["key"], "k1");
     assert_eq!(entries[1].get("key"), None);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn maxlen_trims_streams_per_topic_or_globally() {
+    let db = TestDb::new().await;
+    let redis = TestRedis::shared();
+    let mut conn = db.conn().await;
+    outbox_relay::db::topics::set_maxlen(&mut conn, "t0", Some(100))
+        .await
+        .expect("set maxlen");
+    insert_events(&db, 3_000, 2, 10).await;
+    let mut env = base_env(&db, &redis);
+    env.push(("OUTBOX__REDIS__MAXLEN".into(), "1000".into()));
+    env.push(("OUTBOX__RELAY__BATCH_SIZE".into(), "100".into()));
+    let _relay = RelayProc::spawn("trim", &env);
+    db.wait_for(
+        "SELECT count(*) FROM outbox WHERE published_at IS NULL",
+        0,
+        Duration::from_secs(60),
+    )
+    .await;
+    // MAXLEN ~ trims whole radix-tree nodes (100 entries by default): about, never under.
+    let t0 = redis.xlen("t0").await;
+    let t1 = redis.xlen("t1").await;
+    assert!(
+        (100..=300).contains(&t0),
+        "t0 trimmed to its own maxlen: {t0}"
+    );
+    assert!(
+        (1000..=1200).contains(&t1),
+        "t1 trimmed to redis.maxlen: {t1}"
+    );
+}

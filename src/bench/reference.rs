@@ -105,9 +105,13 @@ pub async fn ceiling(env: &BenchEnv, n: u64) -> anyhow::Result<Drain> {
                 while idle < 3 {
                     let claimed = c
                         .transaction::<usize, DbError, _>(async |tx| {
-                            let (chains, _, _) = claim_chains(tx, batch).await?;
-                            let ctids: Vec<&str> =
-                                chains.iter().flatten().map(|r| r.ctid.as_str()).collect();
+                            let claim = claim_chains(tx, batch).await?;
+                            let ctids: Vec<&str> = claim
+                                .chains
+                                .iter()
+                                .flatten()
+                                .map(|r| r.ctid.as_str())
+                                .collect();
                             outbox::mark_published(tx, &ctids).await?;
                             Ok(ctids.len())
                         })

@@ -31,6 +31,7 @@ diesel::table! {
         topic -> Text,
         paused -> Bool,
         updated_at -> Timestamptz,
+        maxlen -> Nullable<Int8>,
     }
 }
 

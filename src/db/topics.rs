@@ -1,11 +1,14 @@
-//! All SQL of `outbox_topics`: pausing and resuming, and the publish-side pause check.
+//! All SQL of `outbox_topics`: pausing and resuming, per-topic trimming, and the
+//! publish-side read of both.
 //!
 //! A pause must be airtight: once `set_paused` returns, no replica publishes the topic. The
 //! publish transaction takes a shared advisory lock per topic before checking the flag, and
 //! `set_paused` takes it exclusively, so it waits for in-flight batches of that topic and
 //! every later batch sees the new flag.
 
-use diesel::sql_types::{Array, BigInt, Bool, Text};
+use std::collections::HashMap;
+
+use diesel::sql_types::{Array, BigInt, Bool, Nullable, Text};
 use diesel::QueryableByName;
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 
@@ -15,19 +18,32 @@ use super::DbError;
 const TOPIC_LOCK: i64 = 0x6f75_7462_6f78_2d74;
 
 #[derive(QueryableByName)]
-struct TopicName {
+struct TopicRow {
     #[diesel(sql_type = Text)]
     topic: String,
+    #[diesel(sql_type = Bool)]
+    paused: bool,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    maxlen: Option<i64>,
 }
 
-/// Inside the publish transaction: takes the shared lock of each topic, then returns those
-/// that are paused (their events must not be published by this batch).
-pub async fn lock_and_find_paused(
+/// What a publish batch must know of its topics.
+#[derive(Debug, Default, Clone)]
+pub struct TopicStates {
+    /// Paused topics: their events must not be published by this batch.
+    pub paused: Vec<String>,
+    /// Per-topic stream trimming (`MAXLEN ~`), overriding `redis.maxlen`.
+    pub maxlen: HashMap<String, u64>,
+}
+
+/// Inside the publish transaction: takes the shared lock of each topic, then reads their
+/// state (paused, maxlen).
+pub async fn lock_for_publish(
     conn: &mut AsyncPgConnection,
     topics: &[&str],
-) -> Result<Vec<String>, DbError> {
+) -> Result<TopicStates, DbError> {
     if topics.is_empty() {
-        return Ok(Vec::new());
+        return Ok(TopicStates::default());
     }
     diesel::sql_query(
         "SELECT count(pg_advisory_xact_lock_shared(hashtextextended(t, $2))) FROM unnest($1::text[]) AS u(t)",
@@ -37,12 +53,40 @@ pub async fn lock_and_find_paused(
     .execute(conn)
     .await?;
     // A new statement, so a new snapshot: it sees a pause that committed while we waited.
-    let paused: Vec<TopicName> =
-        diesel::sql_query("SELECT topic FROM outbox_topics WHERE paused AND topic = ANY($1)")
-            .bind::<Array<Text>, _>(topics)
-            .load(conn)
-            .await?;
-    Ok(paused.into_iter().map(|t| t.topic).collect())
+    let rows: Vec<TopicRow> = diesel::sql_query(
+        "SELECT topic, paused, maxlen FROM outbox_topics
+         WHERE topic = ANY($1) AND (paused OR maxlen IS NOT NULL)",
+    )
+    .bind::<Array<Text>, _>(topics)
+    .load(conn)
+    .await?;
+    let mut states = TopicStates::default();
+    for row in rows {
+        if row.paused {
+            states.paused.push(row.topic.clone());
+        }
+        if let Some(maxlen) = row.maxlen.and_then(|m| u64::try_from(m).ok()) {
+            states.maxlen.insert(row.topic, maxlen);
+        }
+    }
+    Ok(states)
+}
+
+/// Sets (or clears, with `None`) a topic's stream trimming; the next batch uses it.
+pub async fn set_maxlen(
+    conn: &mut AsyncPgConnection,
+    topic: &str,
+    maxlen: Option<i64>,
+) -> Result<(), DbError> {
+    diesel::sql_query(
+        "INSERT INTO outbox_topics (topic, maxlen, updated_at) VALUES ($1, $2, now())
+         ON CONFLICT (topic) DO UPDATE SET maxlen = EXCLUDED.maxlen, updated_at = now()",
+    )
+    .bind::<Text, _>(topic)
+    .bind::<Nullable<BigInt>, _>(maxlen)
+    .execute(conn)
+    .await?;
+    Ok(())
 }
 
 /// Pauses or resumes a topic (a topic with no events yet gets a row too). Returns after every

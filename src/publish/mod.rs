@@ -139,7 +139,9 @@ impl Publisher {
         &self,
         topic: &str,
         chains: &[Vec<StreamEvent>],
+        maxlen: Option<u64>,
     ) -> Result<Vec<(Uuid, Outcome)>, PublishError> {
+        let maxlen = maxlen.or(self.config.maxlen).unwrap_or(0);
         let stream = keys::stream_key(&self.config.stream_prefix, topic);
         // Flatten in order; each event remembers its chain (the key; unkeyed events are
         // chains of one, named by their index so they never share a failure).
@@ -184,7 +186,7 @@ impl Publisher {
                     .iter()
                     .map(|&i| (items[i].0, items[i].1.as_str()))
                     .collect();
-                let replies = self.invoke(&stream, &sent).await?;
+                let replies = self.invoke(&stream, &sent, maxlen).await?;
                 for (&i, outcome) in call.iter().zip(replies) {
                     if matches!(outcome, Outcome::Failed(_)) {
                         failed.insert(items[i].1.clone());
@@ -206,6 +208,7 @@ impl Publisher {
         &self,
         stream: &str,
         sent: &[(&StreamEvent, &str)],
+        maxlen: u64,
     ) -> Result<Vec<Outcome>, PublishError> {
         let now = Utc::now().timestamp().max(0) as u64;
         let [current, previous, next] = keys::dedup_keys(stream, self.config.dedup_window, now);
@@ -216,7 +219,7 @@ impl Publisher {
             .key(&previous)
             .key(&next)
             .arg(keys::dedup_ttl_secs(self.config.dedup_window))
-            .arg(self.config.maxlen.unwrap_or(0))
+            .arg(maxlen)
             .arg(sent.len());
         for (event, chain) in sent {
             let fields = event.fields();

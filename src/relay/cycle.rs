@@ -117,12 +117,24 @@ pub async fn run_once(deps: &CycleDeps) -> Result<CycleReport, CycleError> {
 }
 
 /// The claim half of a cycle, in the caller's transaction: locks heads, drops paused
-/// topics (after taking their shared locks), locks the runs behind keyed heads and returns
-/// the chains in order, with the number of heads and of events left for a later cycle.
+/// topics (after taking their shared locks), locks the runs behind keyed heads.
+#[derive(Debug, Default)]
+pub struct Claim {
+    /// Chains in order of their heads.
+    pub chains: Vec<Vec<ClaimedRow>>,
+    /// Heads locked (a full batch means more is waiting).
+    pub heads: usize,
+    /// Heads left for later (their topic is paused).
+    pub deferred: usize,
+    /// Per-topic trimming of the claimed topics.
+    pub maxlen: HashMap<String, u64>,
+}
+
+/// Claims one batch; see [`Claim`].
 pub async fn claim_chains(
     c: &mut diesel_async::AsyncPgConnection,
     batch_size: i64,
-) -> Result<(Vec<Vec<ClaimedRow>>, usize, usize), DbError> {
+) -> Result<Claim, DbError> {
     let mut heads = outbox::claim_heads(c, batch_size, Some(batch_size * 4)).await?;
     if heads.is_empty() {
         heads = outbox::claim_heads(c, batch_size, None).await?;
@@ -130,12 +142,13 @@ pub async fn claim_chains(
     let head_count = heads.len();
     let mut deferred = 0;
     if heads.is_empty() {
-        return Ok((Vec::new(), 0, 0));
+        return Ok(Claim::default());
     }
     let mut topic_names: Vec<&str> = heads.iter().map(|h| h.topic.as_str()).collect();
     topic_names.sort_unstable();
     topic_names.dedup();
-    let paused = topics::lock_and_find_paused(c, &topic_names).await?;
+    let states = topics::lock_for_publish(c, &topic_names).await?;
+    let paused = states.paused;
     if !paused.is_empty() {
         heads.retain(|h| !paused.contains(&h.topic));
         deferred += head_count - heads.len();
@@ -157,7 +170,12 @@ pub async fn claim_chains(
         (run_limit + keyed.len() as i64 - 1) / keyed.len() as i64
     };
     let followers = outbox::claim_runs(c, &keyed, per_key, run_limit).await?;
-    Ok((ordering::assemble(heads, followers), head_count, deferred))
+    Ok(Claim {
+        chains: ordering::assemble(heads, followers),
+        heads: head_count,
+        deferred,
+        maxlen: states.maxlen,
+    })
 }
 
 async fn claim_and_publish(
@@ -165,7 +183,12 @@ async fn claim_and_publish(
     deps: &CycleDeps,
 ) -> Result<CycleReport, CycleError> {
     let mut report = CycleReport::default();
-    let (chains, heads, deferred) = claim_chains(c, deps.batch_size).await?;
+    let Claim {
+        chains,
+        heads,
+        deferred,
+        maxlen,
+    } = claim_chains(c, deps.batch_size).await?;
     report.heads = heads;
     report.deferred = deferred;
     if chains.is_empty() {
@@ -195,9 +218,15 @@ async fn claim_and_publish(
             .push(chain.iter().map(to_stream_event).collect());
     }
 
-    let calls = per_topic.into_iter().map(|(topic, chains)| async move {
-        let result = deps.dispatchers.publish(&topic, Publish { chains }).await;
-        (topic, result)
+    let calls = per_topic.into_iter().map(|(topic, chains)| {
+        let maxlen = maxlen.get(&topic).copied();
+        async move {
+            let result = deps
+                .dispatchers
+                .publish(&topic, Publish { chains, maxlen })
+                .await;
+            (topic, result)
+        }
     });
     let results = join_all(calls).await;
     let t_publish = t_claimed.elapsed();

@@ -33,7 +33,7 @@ impl Handler<Publish> for Dispatcher {
     fn handle(&mut self, msg: Publish, _: &mut Context<Self>) -> Self::Result {
         let publisher = self.publisher.clone();
         let topic = self.topic.clone();
-        Box::pin(async move { publisher.publish(&topic, &msg.chains).await })
+        Box::pin(async move { publisher.publish(&topic, &msg.chains, msg.maxlen).await })
     }
 }
 

@@ -24,6 +24,8 @@ pub struct Drain;
 pub struct Publish {
     /// Chains in order: a key's run, or a single unkeyed event.
     pub chains: Vec<Vec<StreamEvent>>,
+    /// The topic's own trimming, overriding `redis.maxlen`.
+    pub maxlen: Option<u64>,
 }
 
 /// An event that failed through its own fault, for the retry scheduler to decide on.
