@@ -80,3 +80,35 @@ async fn poll_only_delivers_without_listen() {
     );
     assert_eq!(redis.xlen("t0").await + redis.xlen("t1").await, 500);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn notify_switched_off_per_database_still_delivers_by_polling() {
+    use diesel_async::SimpleAsyncConnection;
+    use futures::StreamExt;
+    let db = TestDb::new().await;
+    let redis = TestRedis::shared();
+    db.exec(&format!(
+        "ALTER DATABASE {} SET outbox.notify = 'off'",
+        db.name
+    ))
+    .await;
+    let mut listener = db.conn().await;
+    listener
+        .batch_execute("LISTEN outbox_events")
+        .await
+        .expect("listen");
+    let mut env = base_env(&db, &redis);
+    env.push(("OUTBOX__RELAY__POLL_INTERVAL".into(), "100ms".into()));
+    let _relay = RelayProc::spawn("no-notify", &env);
+    insert_events(&db, 300, 1, 10).await;
+    db.wait_for(
+        "SELECT count(*) FROM outbox WHERE published_at IS NULL",
+        0,
+        Duration::from_secs(20),
+    )
+    .await;
+    assert_eq!(redis.xlen("t0").await, 300);
+    let mut notifications = std::pin::pin!(listener.notifications_stream());
+    let got = tokio::time::timeout(Duration::from_millis(300), notifications.next()).await;
+    assert!(got.is_err(), "no NOTIFY is sent when outbox.notify = off");
+}

@@ -20,6 +20,9 @@ use super::Figure;
 pub struct Latency {
     /// Events committed.
     pub events: u64,
+    /// The commit rate the producers achieved (below the target when Postgres could not
+    /// commit that many single-event transactions).
+    pub rate: f64,
     /// Sorted latencies, ms.
     pub samples: Vec<f64>,
     /// Relay CPU seconds.
@@ -42,6 +45,7 @@ impl Latency {
         Figure {
             scenario: name.into(),
             events: self.events,
+            events_per_sec: Some(self.rate),
             p50_ms: percentile(&self.samples, 50.0),
             p99_ms: percentile(&self.samples, 99.0),
             p999_ms: percentile(&self.samples, 99.9),
@@ -77,21 +81,34 @@ async fn steady_in(
     // Let the relay connect and LISTEN before the clock starts.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let committed: Arc<Mutex<HashMap<Uuid, Instant>>> = Arc::default();
+    let producing = Arc::new(std::sync::atomic::AtomicBool::new(true));
     let received: Arc<Mutex<HashMap<Uuid, Instant>>> = Arc::default();
     let total = rate * duration.as_secs().max(1);
 
     let consumer = {
         let received = received.clone();
+        let producing = producing.clone();
         let streams: Vec<String> = (0..TOPICS).map(|t| scratch.stream(t)).collect();
         let url = env.redis_url.clone();
         tokio::spawn(async move {
             let mut redis = harness::redis_conn(&url).await?;
             let mut ids: Vec<String> = vec!["0-0".to_string(); streams.len()];
             let opts = StreamReadOptions::default().block(500).count(1000);
-            let deadline = Instant::now() + duration + Duration::from_secs(30);
-            while (received.lock().map(|r| r.len()).unwrap_or(0) as u64) < total
-                && Instant::now() < deadline
-            {
+            // Stop when everything arrived, or 10 s after the producers finished and
+            // nothing more came (the caller then reports what is missing).
+            let mut last_progress = Instant::now();
+            loop {
+                let got = received.lock().map(|r| r.len()).unwrap_or(0) as u64;
+                if got >= total {
+                    break;
+                }
+                if !std::sync::atomic::AtomicBool::load(
+                    &producing,
+                    std::sync::atomic::Ordering::SeqCst,
+                ) && last_progress.elapsed() > Duration::from_secs(10)
+                {
+                    break;
+                }
                 let reply: Option<StreamReadReply> = redis::cmd("XREAD")
                     .arg(&opts)
                     .arg("STREAMS")
@@ -101,6 +118,7 @@ async fn steady_in(
                     .await?;
                 let now = Instant::now();
                 let Some(reply) = reply else { continue };
+                last_progress = now;
                 for key in reply.keys {
                     let slot = streams.iter().position(|s| *s == key.key).unwrap_or(0);
                     for entry in key.ids {
@@ -119,7 +137,7 @@ async fn steady_in(
     };
 
     // Producers: enough connections that commits (an fsync each) keep up with the rate.
-    let producers = ((rate / 250) as usize).clamp(2, 32);
+    let producers = ((rate / 100) as usize).clamp(2, 64);
     let started = Instant::now();
     let interval = Duration::from_secs_f64(1.0 / rate as f64);
     let mut tasks = Vec::new();
@@ -156,6 +174,8 @@ async fn steady_in(
     for t in tasks {
         t.await??;
     }
+    let produced_in = started.elapsed();
+    producing.store(false, std::sync::atomic::Ordering::SeqCst);
     consumer.await??;
     let (cpu, rss) = relay.stop();
     let committed = committed.lock().map(|c| c.clone()).unwrap_or_default();
@@ -178,6 +198,7 @@ async fn steady_in(
     samples.sort_by(|a, b| a.total_cmp(b));
     Ok(Latency {
         events: committed.len() as u64,
+        rate: committed.len() as f64 / produced_in.as_secs_f64().max(1e-9),
         samples,
         cpu,
         rss,

@@ -50,45 +50,46 @@ pub async fn run(options: BenchOptions) -> anyhow::Result<Report> {
     let n = options.events;
 
     if options.wants("drain") {
-        let keep = harness::drain(&env, n, 1, harness::Shape::Mixed, &[]).await?;
-        report.push(keep.figure("drain (keep rows)"));
-        let delete = harness::drain(
-            &env,
-            n,
-            1,
-            harness::Shape::Mixed,
-            &[("OUTBOX__RETENTION__PUBLISHED_FOR", "0s")],
-        )
-        .await?;
-        report.push(delete.figure("drain (delete mode)"));
+        let name = "drain (keep rows)";
+        let r = harness::drain(&env, n, 1, harness::Shape::Mixed, &[]).await;
+        report.record(name, r.map(|d| d.figure(name)));
+        let name = "drain (delete mode)";
+        let delete = [("OUTBOX__RETENTION__PUBLISHED_FOR", "0s")];
+        let r = harness::drain(&env, n, 1, harness::Shape::Mixed, &delete).await;
+        report.record(name, r.map(|d| d.figure(name)));
     }
     if options.wants("replicas") {
         for replicas in [1, 2, 3] {
-            let r = harness::drain(&env, n, replicas, harness::Shape::Mixed, &[]).await?;
-            report.push(r.figure(&format!("replicas: {replicas}")));
+            let name = format!("replicas: {replicas}");
+            let r = harness::drain(&env, n, replicas, harness::Shape::Mixed, &[]).await;
+            report.record(&name, r.map(|d| d.figure(&name)));
         }
     }
     if options.wants("hotkey") {
-        let r = harness::drain(&env, n, 1, harness::Shape::HotKey, &[]).await?;
-        report.push(r.figure("hot key (one partition key)"));
+        let name = "hot key (one partition key)";
+        let r = harness::drain(&env, n, 1, harness::Shape::HotKey, &[]).await;
+        report.record(name, r.map(|d| d.figure(name)));
     }
     if options.wants("baseline") {
-        let baseline_n = n.min(20_000);
-        let r = reference::seed_algorithm(&env, baseline_n).await?;
-        report.push(r.figure("baseline: seed algorithm, indexed"));
+        let name = "baseline: seed algorithm, indexed";
+        let r = reference::seed_algorithm(&env, n.min(20_000)).await;
+        report.record(name, r.map(|d| d.figure(name)));
     }
     if options.wants("ceiling") {
-        let r = reference::ceiling(&env, n).await?;
-        report.push(r.figure("ceiling: relay SQL, no Redis"));
+        let name = "ceiling: relay SQL, no Redis";
+        let r = reference::ceiling(&env, n).await;
+        report.record(name, r.map(|d| d.figure(name)));
     }
     if options.wants("latency") {
         for &rate in &options.rates {
-            let l = latency::steady(&env, rate, options.duration).await?;
-            report.push(l.figure(&format!("latency at {rate}/s")));
+            let name = format!("latency at {rate}/s");
+            let r = latency::steady(&env, rate, options.duration).await;
+            report.record(&name, r.map(|l| l.figure(&name)));
         }
     }
     report.print();
     let path = report.write_json(&options.out_dir)?;
     println!("results: {}", path.display());
+    anyhow::ensure!(!report.failed(), "some scenarios failed (see above)");
     Ok(report)
 }

@@ -31,6 +31,8 @@ pub struct Figure {
     pub peak_rss_mb: Option<f64>,
     /// Postgres WAL bytes per event.
     pub wal_bytes_per_event: Option<f64>,
+    /// Why the scenario produced no figures.
+    pub error: Option<String>,
 }
 
 /// The whole run.
@@ -61,6 +63,26 @@ impl Report {
     pub fn push(&mut self, figure: Figure) {
         eprintln!("bench: {} done", figure.scenario);
         self.figures.push(figure);
+    }
+
+    /// Adds a scenario's figure, or its failure: one failing scenario does not lose the rest.
+    pub fn record(&mut self, name: &str, result: anyhow::Result<Figure>) {
+        match result {
+            Ok(figure) => self.push(figure),
+            Err(e) => {
+                eprintln!("bench: {name} failed: {e:#}");
+                self.figures.push(Figure {
+                    scenario: name.into(),
+                    error: Some(format!("{e:#}")),
+                    ..Figure::default()
+                });
+            }
+        }
+    }
+
+    /// True when some scenario failed.
+    pub fn failed(&self) -> bool {
+        self.figures.iter().any(|f| f.error.is_some())
     }
 
     fn find(&self, prefix: &str) -> Option<f64> {
@@ -103,6 +125,11 @@ impl Report {
                 cell(f.peak_rss_mb, 1),
                 cell(f.wal_bytes_per_event, 0),
             );
+        }
+        for f in &self.figures {
+            if let Some(error) = &f.error {
+                println!("{}: FAILED: {error}", f.scenario);
+            }
         }
         if let Some(ours) = self.find("drain (keep") {
             if let Some(seed) = self.find("baseline") {
