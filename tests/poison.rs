@@ -105,3 +105,36 @@ async fn a_keys_later_events_wait_for_its_failing_event_then_flow_in_order() {
         .scalar("SELECT count(*) FROM outbox WHERE dead_at IS NOT NULL AND attempts = 4 AND last_error LIKE '%max_payload_bytes%'")
         .await == 1);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn events_behind_a_window_of_blocked_followers_still_flow() {
+    let db = TestDb::new().await;
+    let redis = TestRedis::shared();
+    let mut env = base_env(&db, &redis);
+    // Heads are looked for among the oldest 4 x batch_size = 40 pending rows first.
+    env.push(("OUTBOX__RELAY__BATCH_SIZE".into(), "10".into()));
+    env.push(("OUTBOX__RETRY__BASE".into(), "1s".into()));
+    env.push(("OUTBOX__REDIS__MAX_PAYLOAD_BYTES".into(), "2000".into()));
+    db.exec(
+        "INSERT INTO outbox (topic, payload, partition_key) VALUES
+           ('t0', jsonb_build_object('n', 0, 'pad', repeat('x', 3000)), 'stuck');
+         INSERT INTO outbox (topic, payload, partition_key)
+           SELECT 't0', jsonb_build_object('n', i), 'stuck' FROM generate_series(1, 100) i ORDER BY i;
+         INSERT INTO outbox (topic, payload)
+           SELECT 't1', jsonb_build_object('n', i) FROM generate_series(1, 50) i;",
+    )
+    .await;
+    let _relay = RelayProc::spawn("window", &env);
+    db.wait_for(
+        "SELECT count(*) FROM outbox WHERE topic = 't1' AND published_at IS NOT NULL",
+        50,
+        Duration::from_secs(20),
+    )
+    .await;
+    assert_eq!(
+        db.scalar("SELECT count(*) FROM outbox WHERE topic = 't0' AND (published_at IS NOT NULL OR dead_at IS NOT NULL)").await,
+        0,
+        "the stuck key is still waiting for its failing head"
+    );
+    assert_eq!(redis.xlen("t0").await, 0);
+}

@@ -56,14 +56,22 @@ const COLUMNS: &str = "o.id, o.seq, o.topic, o.partition_key, o.payload::text AS
 /// Locks up to `limit` claimable events, oldest first, skipping rows locked elsewhere.
 /// Claimable: pending, due, topic not paused, and no earlier pending event of the same key.
 ///
-/// With `window`, only the oldest `window` pending rows are considered: the followers of a
-/// hot key are never claimable as heads, and scanning all of them on every claim would cost
-/// O(backlog). The caller falls back to the unbounded scan when the window yields nothing,
-/// so events behind a window full of blocked followers are never starved.
+/// Which pending rows a head scan looks at.
+#[derive(Debug, Clone, Copy)]
+pub enum HeadScan {
+    /// Only the oldest `n` pending rows: the followers of a hot key are never claimable as
+    /// heads, and scanning all of them on every claim would cost O(backlog).
+    Oldest(i64),
+    /// Everything after the oldest `n`: for when they yielded nothing (all held by other
+    /// claimers or blocked behind failing keys), so later events are never starved.
+    After(i64),
+}
+
+/// Locks up to `limit` claimable heads among the rows `scan` names; see [`HeadScan`].
 pub async fn claim_heads(
     conn: &mut AsyncPgConnection,
     limit: i64,
-    window: Option<i64>,
+    scan: HeadScan,
 ) -> Result<Vec<ClaimedRow>, DbError> {
     const FILTER: &str = "o.published_at IS NULL AND o.dead_at IS NULL AND o.available_at <= now()
            AND NOT EXISTS (SELECT 1 FROM outbox_topics t WHERE t.topic = o.topic AND t.paused)
@@ -71,8 +79,8 @@ pub async fn claim_heads(
                 SELECT 1 FROM outbox p
                 WHERE p.topic = o.topic AND p.partition_key = o.partition_key
                   AND p.published_at IS NULL AND p.dead_at IS NULL AND p.seq < o.seq))";
-    let query = match window {
-        Some(window) => diesel::sql_query(format!(
+    let query = match scan {
+        HeadScan::Oldest(window) => diesel::sql_query(format!(
             "WITH w AS MATERIALIZED (
                  SELECT seq FROM outbox
                  WHERE published_at IS NULL AND dead_at IS NULL
@@ -86,15 +94,21 @@ pub async fn claim_heads(
         .into_boxed::<diesel::pg::Pg>()
         .bind::<BigInt, _>(limit)
         .bind::<BigInt, _>(window),
-        None => diesel::sql_query(format!(
+        // No n-th pending row means the window held every pending row: nothing is after it.
+        HeadScan::After(window) => diesel::sql_query(format!(
             "SELECT {COLUMNS} FROM outbox o
-             WHERE {FILTER}
+             WHERE o.seq > COALESCE((
+                     SELECT seq FROM outbox
+                     WHERE published_at IS NULL AND dead_at IS NULL
+                     ORDER BY seq OFFSET $2 - 1 LIMIT 1), 9223372036854775807)
+               AND {FILTER}
              ORDER BY o.seq
              LIMIT $1
              FOR UPDATE OF o SKIP LOCKED"
         ))
         .into_boxed::<diesel::pg::Pg>()
-        .bind::<BigInt, _>(limit),
+        .bind::<BigInt, _>(limit)
+        .bind::<BigInt, _>(window),
     };
     Ok(query.load(conn).await?)
 }

@@ -19,7 +19,7 @@ use super::dispatcher::Dispatchers;
 use super::messages::{Fault, PlanRetries, Publish};
 use super::ordering::{self, Claimed};
 use super::retry::RetryScheduler;
-use crate::db::outbox::{self, ClaimedRow};
+use crate::db::outbox::{self, ClaimedRow, HeadScan};
 use crate::db::{topics, DbError, Pool};
 use crate::publish::{Outcome, PublishError, StreamEvent};
 
@@ -135,9 +135,10 @@ pub async fn claim_chains(
     c: &mut diesel_async::AsyncPgConnection,
     batch_size: i64,
 ) -> Result<Claim, DbError> {
-    let mut heads = outbox::claim_heads(c, batch_size, Some(batch_size * 4)).await?;
+    let window = batch_size * 4;
+    let mut heads = outbox::claim_heads(c, batch_size, HeadScan::Oldest(window)).await?;
     if heads.is_empty() {
-        heads = outbox::claim_heads(c, batch_size, None).await?;
+        heads = outbox::claim_heads(c, batch_size, HeadScan::After(window)).await?;
     }
     let head_count = heads.len();
     let mut deferred = 0;
