@@ -295,6 +295,60 @@ impl Drain {
     }
 }
 
+/// What a drain body measured itself; the harness measures time and WAL around it.
+#[derive(Debug, Default, Clone)]
+pub struct Usage {
+    /// Relay CPU seconds.
+    pub cpu: f64,
+    /// Largest relay peak RSS, MB.
+    pub rss: f64,
+    /// The drain's own end, when it comes before the body returns (stopping processes).
+    pub seconds: Option<f64>,
+}
+
+/// Runs `body` against a fresh database holding `n` preloaded events (after `setup_sql`),
+/// timing it and measuring the WAL it writes; drops the database and streams afterwards.
+pub async fn measure_drain<F>(
+    env: &BenchEnv,
+    n: u64,
+    shape: Shape,
+    setup_sql: &str,
+    body: F,
+) -> anyhow::Result<Drain>
+where
+    F: AsyncFnOnce(&Scratch) -> anyhow::Result<Usage>,
+{
+    let scratch = Scratch::new(env).await?;
+    let result = async {
+        preload(&scratch, n, shape).await?;
+        let mut conn = scratch.conn().await?;
+        if !setup_sql.is_empty() {
+            conn.batch_execute(setup_sql).await?;
+        }
+        let wal_before = wal_position(&mut conn).await?;
+        let started = Instant::now();
+        let usage = body(&scratch).await?;
+        let seconds = usage
+            .seconds
+            .unwrap_or_else(|| started.elapsed().as_secs_f64());
+        anyhow::ensure!(
+            pending(&mut conn).await? == 0,
+            "the drain left pending rows"
+        );
+        let wal = wal_position(&mut conn).await? - wal_before;
+        Ok(Drain {
+            events: n,
+            seconds,
+            cpu: usage.cpu,
+            rss: usage.rss,
+            wal,
+        })
+    }
+    .await;
+    scratch.cleanup().await;
+    result
+}
+
 /// Preloads `n` events, starts `replicas` relays, times until every event is in a stream.
 pub async fn drain(
     env: &BenchEnv,
@@ -303,57 +357,36 @@ pub async fn drain(
     shape: Shape,
     extra: &[(&str, &str)],
 ) -> anyhow::Result<Drain> {
-    let scratch = Scratch::new(env).await?;
-    let result = drain_in(&scratch, env, n, replicas, shape, extra).await;
-    scratch.cleanup().await;
-    result
-}
-
-async fn drain_in(
-    scratch: &Scratch,
-    env: &BenchEnv,
-    n: u64,
-    replicas: usize,
-    shape: Shape,
-    extra: &[(&str, &str)],
-) -> anyhow::Result<Drain> {
-    preload(scratch, n, shape).await?;
-    let mut conn = scratch.conn().await?;
-    let mut redis = redis_conn(&env.redis_url).await?;
-    let wal_before = wal_position(&mut conn).await?;
-    let started = Instant::now();
-    let relays = (0..replicas)
-        .map(|i| RelayProcess::start(scratch, env, &format!("bench-{i}"), extra))
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    let deadline = started + Duration::from_secs(600);
-    loop {
-        if scratch.streamed(&mut redis).await? >= n {
-            break;
+    measure_drain(env, n, shape, "", async |scratch: &Scratch| {
+        let mut conn = scratch.conn().await?;
+        let mut redis = redis_conn(&env.redis_url).await?;
+        let started = Instant::now();
+        let relays = (0..replicas)
+            .map(|i| RelayProcess::start(scratch, env, &format!("bench-{i}"), extra))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let deadline = started + Duration::from_secs(600);
+        while scratch.streamed(&mut redis).await? < n {
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "drain did not finish in 10 minutes"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        anyhow::ensure!(
-            Instant::now() < deadline,
-            "drain did not finish in 10 minutes"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    let seconds = started.elapsed().as_secs_f64();
-    // The rows are marked in the same transaction as the XADD: wait for the last commit.
-    while pending(&mut conn).await? > 0 && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    let wal = wal_position(&mut conn).await? - wal_before;
-    let mut cpu = 0.0;
-    let mut rss: f64 = 0.0;
-    for relay in relays {
-        let (c, r) = relay.stop();
-        cpu += c;
-        rss = rss.max(r);
-    }
-    Ok(Drain {
-        events: n,
-        seconds,
-        cpu,
-        rss,
-        wal,
+        let seconds = started.elapsed().as_secs_f64();
+        // The rows are marked in the same transaction as the XADD: wait for the last commit.
+        while pending(&mut conn).await? > 0 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let mut usage = Usage {
+            seconds: Some(seconds),
+            ..Usage::default()
+        };
+        for relay in relays {
+            let (cpu, rss) = relay.stop();
+            usage.cpu += cpu;
+            usage.rss = usage.rss.max(rss);
+        }
+        Ok(usage)
     })
+    .await
 }

@@ -5,14 +5,12 @@
 //! - the ceiling: the relay's own claim SQL and mark, with the Redis step removed, on the
 //!   same number of concurrent transactions as the relay's default `relay.workers`.
 
-use std::time::Instant;
-
 use diesel::sql_types::{Text, Uuid as SqlUuid};
 use diesel::QueryableByName;
-use diesel_async::{AsyncConnection, RunQueryDsl, SimpleAsyncConnection};
+use diesel_async::{AsyncConnection, RunQueryDsl};
 use futures::future::try_join_all;
 
-use super::harness::{self, BenchEnv, Drain, Scratch, Shape};
+use super::harness::{self, BenchEnv, Drain, Scratch, Shape, Usage};
 use crate::db::{outbox, DbError};
 use crate::relay::cycle::claim_chains;
 
@@ -28,17 +26,10 @@ struct SeedRow {
 
 /// The seed article's worker loop, as published but with the index it lacks.
 pub async fn seed_algorithm(env: &BenchEnv, n: u64) -> anyhow::Result<Drain> {
-    let scratch = Scratch::new(env).await?;
-    let result = async {
-        harness::preload(&scratch, n, Shape::Mixed).await?;
+    let index = "CREATE INDEX bench_seed_pending ON outbox (created_at) WHERE published_at IS NULL";
+    harness::measure_drain(env, n, Shape::Mixed, index, async |scratch: &Scratch| {
         let mut conn = scratch.conn().await?;
-        conn.batch_execute(
-            "CREATE INDEX bench_seed_pending ON outbox (created_at) WHERE published_at IS NULL",
-        )
-        .await?;
         let mut redis = harness::redis_conn(&env.redis_url).await?;
-        let wal_before = harness::wal_position(&mut conn).await?;
-        let started = Instant::now();
         loop {
             let prefix = scratch.prefix.clone();
             let redis = &mut redis;
@@ -70,33 +61,19 @@ pub async fn seed_algorithm(env: &BenchEnv, n: u64) -> anyhow::Result<Drain> {
                 })
                 .await?;
             if moved == 0 {
-                break;
+                return Ok(Usage::default());
             }
         }
-        let seconds = started.elapsed().as_secs_f64();
-        let wal = harness::wal_position(&mut conn).await? - wal_before;
-        Ok(Drain {
-            events: n,
-            seconds,
-            wal,
-            ..Drain::default()
-        })
-    }
-    .await;
-    scratch.cleanup().await;
-    result
+    })
+    .await
 }
 
 /// The relay's claim and mark with no Redis: what Postgres allows this design.
 pub async fn ceiling(env: &BenchEnv, n: u64) -> anyhow::Result<Drain> {
-    let scratch = Scratch::new(env).await?;
-    let result = async {
-        harness::preload(&scratch, n, Shape::Mixed).await?;
-        let mut conn = scratch.conn().await?;
-        let wal_before = harness::wal_position(&mut conn).await?;
-        let workers = crate::config::Settings::default().relay.workers as usize;
-        let batch = i64::from(crate::config::Settings::default().relay.batch_size);
-        let started = Instant::now();
+    let defaults = crate::config::Settings::default();
+    let workers = defaults.relay.workers as usize;
+    let batch = i64::from(defaults.relay.batch_size);
+    harness::measure_drain(env, n, Shape::Mixed, "", async |scratch: &Scratch| {
         let loops = (0..workers).map(|_| {
             let url = scratch.url.clone();
             async move {
@@ -122,17 +99,7 @@ pub async fn ceiling(env: &BenchEnv, n: u64) -> anyhow::Result<Drain> {
             }
         });
         try_join_all(loops).await?;
-        anyhow::ensure!(harness::pending(&mut conn).await? == 0, "ceiling left rows");
-        let seconds = started.elapsed().as_secs_f64();
-        let wal = harness::wal_position(&mut conn).await? - wal_before;
-        Ok(Drain {
-            events: n,
-            seconds,
-            wal,
-            ..Drain::default()
-        })
-    }
-    .await;
-    scratch.cleanup().await;
-    result
+        Ok(Usage::default())
+    })
+    .await
 }

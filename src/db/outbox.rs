@@ -156,16 +156,13 @@ pub async fn mark_published(
     conn: &mut AsyncPgConnection,
     ctids: &[&str],
 ) -> Result<usize, DbError> {
-    if ctids.is_empty() {
-        return Ok(0);
-    }
-    Ok(diesel::sql_query(
+    by_ctids(
+        conn,
         "UPDATE outbox SET published_at = now()
          WHERE ctid = ANY($1::text[]::tid[]) AND published_at IS NULL",
+        ctids,
     )
-    .bind::<Array<Text>, _>(ctids)
-    .execute(conn)
-    .await?)
+    .await
 }
 
 /// Deletes events that reached their stream (retention `published_for = 0s`), by the
@@ -174,15 +171,26 @@ pub async fn delete_published(
     conn: &mut AsyncPgConnection,
     ctids: &[&str],
 ) -> Result<usize, DbError> {
+    by_ctids(
+        conn,
+        "DELETE FROM outbox WHERE ctid = ANY($1::text[]::tid[]) AND published_at IS NULL",
+        ctids,
+    )
+    .await
+}
+
+async fn by_ctids(
+    conn: &mut AsyncPgConnection,
+    sql: &'static str,
+    ctids: &[&str],
+) -> Result<usize, DbError> {
     if ctids.is_empty() {
         return Ok(0);
     }
-    Ok(diesel::sql_query(
-        "DELETE FROM outbox WHERE ctid = ANY($1::text[]::tid[]) AND published_at IS NULL",
-    )
-    .bind::<Array<Text>, _>(ctids)
-    .execute(conn)
-    .await?)
+    Ok(diesel::sql_query(sql)
+        .bind::<Array<Text>, _>(ctids)
+        .execute(conn)
+        .await?)
 }
 
 /// What to write for one event whose publish failed through its own fault.
