@@ -75,10 +75,15 @@ fn help_works_for_every_command() {
     let top = relay(&["--help"], &[]);
     assert_eq!(top.status.code(), Some(0));
     let text = String::from_utf8_lossy(&top.stdout);
-    for command in ["migrate", "run", "demo"] {
+    for command in ["migrate", "run", "demo", "bench"] {
         assert!(text.contains(command), "{text}");
     }
-    for args in [["run", "--help"], ["migrate", "--help"], ["demo", "--help"]] {
+    for args in [
+        ["run", "--help"],
+        ["migrate", "--help"],
+        ["demo", "--help"],
+        ["bench", "--help"],
+    ] {
         let out = relay(&args, &[]);
         assert_eq!(out.status.code(), Some(0), "{args:?}");
         assert!(
