@@ -79,37 +79,34 @@ pub async fn claim_heads(
                 SELECT 1 FROM outbox p
                 WHERE p.topic = o.topic AND p.partition_key = o.partition_key
                   AND p.published_at IS NULL AND p.dead_at IS NULL AND p.seq < o.seq))";
-    let query = match scan {
-        HeadScan::Oldest(window) => diesel::sql_query(format!(
+    let (from, window) = match scan {
+        HeadScan::Oldest(window) => (
             "WITH w AS MATERIALIZED (
                  SELECT seq FROM outbox
                  WHERE published_at IS NULL AND dead_at IS NULL
                  ORDER BY seq LIMIT $2)
-             SELECT {COLUMNS} FROM outbox o JOIN w ON o.seq = w.seq
-             WHERE {FILTER}
-             ORDER BY o.seq
-             LIMIT $1
-             FOR UPDATE OF o SKIP LOCKED"
-        ))
-        .into_boxed::<diesel::pg::Pg>()
-        .bind::<BigInt, _>(limit)
-        .bind::<BigInt, _>(window),
+             SELECT {COLUMNS} FROM outbox o JOIN w ON o.seq = w.seq WHERE",
+            window,
+        ),
         // No n-th pending row means the window held every pending row: nothing is after it.
-        HeadScan::After(window) => diesel::sql_query(format!(
+        HeadScan::After(window) => (
             "SELECT {COLUMNS} FROM outbox o
              WHERE o.seq > COALESCE((
                      SELECT seq FROM outbox
                      WHERE published_at IS NULL AND dead_at IS NULL
-                     ORDER BY seq OFFSET $2 - 1 LIMIT 1), 9223372036854775807)
-               AND {FILTER}
-             ORDER BY o.seq
-             LIMIT $1
-             FOR UPDATE OF o SKIP LOCKED"
-        ))
-        .into_boxed::<diesel::pg::Pg>()
-        .bind::<BigInt, _>(limit)
-        .bind::<BigInt, _>(window),
+                     ORDER BY seq OFFSET $2 - 1 LIMIT 1), 9223372036854775807) AND",
+            window,
+        ),
     };
+    let from = from.replace("{COLUMNS}", COLUMNS);
+    let query = diesel::sql_query(format!(
+        "{from} {FILTER}
+         ORDER BY o.seq
+         LIMIT $1
+         FOR UPDATE OF o SKIP LOCKED"
+    ))
+    .bind::<BigInt, _>(limit)
+    .bind::<BigInt, _>(window);
     Ok(query.load(conn).await?)
 }
 
