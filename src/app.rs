@@ -66,17 +66,25 @@ pub async fn run_until(
     );
     let health = Arc::new(Health::default());
     let metrics = crate::telemetry::install_metrics();
+    let relay = relay::start(
+        &settings,
+        &url,
+        pool.clone(),
+        publisher.clone(),
+        health.clone(),
+    );
     let state = AdminState {
-        pool: pool.clone(),
-        publisher: publisher.clone(),
+        pool,
+        publisher,
         health: health.clone(),
         metrics,
+        tokens: admin::auth::Tokens::from_settings(&settings.admin),
+        wake: Some(relay.waker()),
     };
     let server =
         admin::serve(state, addr).with_context(|| format!("cannot listen on admin.addr {addr}"))?;
     let server_handle = server.handle();
     let server_task = actix_rt::spawn(server);
-    let relay = relay::start(&settings, &url, pool, publisher, health.clone());
     tracing::info!(
         instance = %settings.instance_id(),
         admin = %addr,

@@ -95,6 +95,9 @@ pub struct AdminSettings {
     /// Bearer token for the API and the UI login; without one, only loopback is served.
     #[serde(deserialize_with = "lenient::opt_string")]
     pub token: Option<String>,
+    /// A second token that may look at everything (API reads, UI pages) but change nothing.
+    #[serde(deserialize_with = "lenient::opt_string")]
+    pub read_only_token: Option<String>,
 }
 
 /// Retry policy for events whose publish failed through their own fault.
@@ -174,6 +177,7 @@ impl Default for AdminSettings {
         AdminSettings {
             addr: "127.0.0.1:8080".into(),
             token: None,
+            read_only_token: None,
         }
     }
 }
@@ -292,6 +296,24 @@ impl Settings {
             return Err(ConfigError::new("redis.timeout", "must be > 0"));
         }
         self.admin_addr()?;
+        if self
+            .admin
+            .read_only_token
+            .as_deref()
+            .is_some_and(|t| !t.is_empty())
+            && self.admin.token.as_deref().unwrap_or("").is_empty()
+        {
+            return Err(ConfigError::new(
+                "admin.read_only_token",
+                "needs admin.token too (without a token the admin is open to all)",
+            ));
+        }
+        if self.admin.read_only_token.is_some() && self.admin.read_only_token == self.admin.token {
+            return Err(ConfigError::new(
+                "admin.read_only_token",
+                "must differ from admin.token",
+            ));
+        }
         if self.retry.max_attempts == 0 {
             return Err(ConfigError::new("retry.max_attempts", "must be at least 1"));
         }

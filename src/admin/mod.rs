@@ -1,6 +1,7 @@
 //! The admin HTTP server (actix-web): health, metrics, and (later) the JSON API and web UI.
 //! [`routes`] lists every route in one place.
 
+pub mod auth;
 pub mod health;
 
 use std::net::SocketAddr;
@@ -9,9 +10,13 @@ use std::sync::Arc;
 use actix_web::{web, App, HttpServer};
 use metrics_exporter_prometheus::PrometheusHandle;
 
+use actix::Recipient;
+
 use crate::db::Pool;
 use crate::publish::Publisher;
 use crate::relay::health::Health;
+use crate::relay::messages::Wake;
+use auth::Tokens;
 
 /// What handlers share.
 #[derive(Clone)]
@@ -24,6 +29,11 @@ pub struct AdminState {
     pub health: Arc<Health>,
     /// Renders `/metrics`.
     pub metrics: Option<PrometheusHandle>,
+    /// The accepted tokens and their roles.
+    pub tokens: Tokens,
+    /// Wakes this replica's claimer after an action that makes events publishable (retry,
+    /// resume), so they go out now rather than at the next poll.
+    pub wake: Option<Recipient<Wake>>,
 }
 
 /// Every route of the admin server.

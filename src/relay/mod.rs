@@ -110,6 +110,11 @@ pub fn start(
 }
 
 impl RelayHandle {
+    /// Wakes the claimer: for the admin server, after a retry or a resume.
+    pub fn waker(&self) -> actix::Recipient<messages::Wake> {
+        self.claimer.clone().recipient()
+    }
+
     /// Stops claiming and waits (at most `deadline`) for the batch in hand to commit or roll
     /// back, then removes this replica's heartbeat.
     pub async fn shutdown(self, deadline: Duration) {

@@ -1,0 +1,117 @@
+//! Who may do what on the admin server: the configured tokens and the roles they grant.
+//!
+//! The API presents a token as `Authorization: Bearer <token>`; the UI exchanges it once at
+//! its login page for a session cookie. Both end here, in [`Tokens::role_for`], which compares
+//! in constant time so that response timing does not reveal how much of a guess was right.
+
+use subtle::ConstantTimeEq;
+
+use crate::config::AdminSettings;
+
+/// What a caller may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// Look and act: retry, discard, pause, resume, enqueue.
+    Admin,
+    /// Look only (`admin.read_only_token`).
+    ReadOnly,
+}
+
+impl Role {
+    /// True when this role may change state.
+    pub fn can_act(self) -> bool {
+        self == Role::Admin
+    }
+}
+
+/// The tokens the admin server accepts.
+#[derive(Clone, Default)]
+pub struct Tokens {
+    admin: Option<Vec<u8>>,
+    read_only: Option<Vec<u8>>,
+}
+
+impl std::fmt::Debug for Tokens {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tokens")
+            .field("admin", &self.admin.as_ref().map(|_| "<set>"))
+            .field("read_only", &self.read_only.as_ref().map(|_| "<set>"))
+            .finish()
+    }
+}
+
+impl Tokens {
+    /// The tokens of the settings; empty strings count as unset.
+    pub fn from_settings(admin: &AdminSettings) -> Tokens {
+        let some = |t: &Option<String>| {
+            t.as_deref()
+                .filter(|t| !t.is_empty())
+                .map(|t| t.as_bytes().to_vec())
+        };
+        Tokens {
+            admin: some(&admin.token),
+            read_only: some(&admin.read_only_token),
+        }
+    }
+
+    /// True when no token is set: the admin is open to all (and served on loopback only).
+    pub fn open(&self) -> bool {
+        self.admin.is_none()
+    }
+
+    /// The role a presented token grants, if any. With no token configured every caller is
+    /// [`Role::Admin`].
+    pub fn role_for(&self, presented: Option<&str>) -> Option<Role> {
+        let Some(admin) = &self.admin else {
+            return Some(Role::Admin);
+        };
+        let presented = presented?.as_bytes();
+        // Both comparisons always run, so timing does not tell which token matched.
+        let is_admin: bool = admin.as_slice().ct_eq(presented).into();
+        let is_reader: bool = self
+            .read_only
+            .as_deref()
+            .map(|r| r.ct_eq(presented).into())
+            .unwrap_or(false);
+        if is_admin {
+            Some(Role::Admin)
+        } else if is_reader {
+            Some(Role::ReadOnly)
+        } else {
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tokens(admin: Option<&str>, ro: Option<&str>) -> Tokens {
+        Tokens::from_settings(&AdminSettings {
+            addr: "127.0.0.1:0".into(),
+            token: admin.map(str::to_string),
+            read_only_token: ro.map(str::to_string),
+        })
+    }
+
+    #[test]
+    fn no_token_means_open() {
+        let t = tokens(None, None);
+        assert!(t.open());
+        assert_eq!(t.role_for(None), Some(Role::Admin));
+    }
+
+    #[test]
+    fn tokens_grant_their_roles_and_nothing_else() {
+        let t = tokens(Some("s3cret"), Some("look"));
+        assert!(!t.open());
+        assert_eq!(t.role_for(Some("s3cret")), Some(Role::Admin));
+        assert_eq!(t.role_for(Some("look")), Some(Role::ReadOnly));
+        assert_eq!(t.role_for(Some("s3cre")), None);
+        assert_eq!(t.role_for(Some("s3cret ")), None);
+        assert_eq!(t.role_for(Some("")), None);
+        assert_eq!(t.role_for(None), None);
+        assert!(!Role::ReadOnly.can_act());
+    }
+}
