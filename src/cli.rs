@@ -41,10 +41,16 @@ pub struct BenchArgs {
     /// Steady producer rates for the latency scenario, events/s.
     #[arg(long, value_delimiter = ',', default_value = "1000,5000")]
     pub rates: Vec<u64>,
+    /// Steady rates measured again with NOTIFY off and the relay polling every 10 ms.
+    #[arg(long, value_delimiter = ',', default_value = "5000")]
+    pub polled_rates: Vec<u64>,
     /// Duration of each steady rate.
     #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
     pub duration: std::time::Duration,
-    /// Only these scenarios (drain, replicas, hotkey, baseline, ceiling, latency).
+    /// Published rows the bloat scenario's backlog sits behind.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub bloat_rows: u64,
+    /// Only these scenarios (drain, replicas, bloat, hotkey, baseline, ceiling, latency).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
     /// Directory for the JSON results.

@@ -54,6 +54,8 @@ fn main() -> ExitCode {
             let options = outbox_relay::bench::BenchOptions {
                 events: b.events,
                 rates: b.rates,
+                polled_rates: b.polled_rates,
+                bloat_rows: b.bloat_rows,
                 duration: b.duration,
                 only: b.only,
                 out_dir: b.out,

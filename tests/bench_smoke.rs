@@ -17,6 +17,10 @@ fn bench_runs_every_scenario_and_writes_json() {
             "2000",
             "--rates",
             "200",
+            "--polled-rates",
+            "300",
+            "--bloat-rows",
+            "5000",
             "--duration",
             "2s",
             "--out",
@@ -39,6 +43,9 @@ fn bench_runs_every_scenario_and_writes_json() {
         "baseline: seed algorithm",
         "ceiling: relay SQL",
         "latency at 200/s",
+        "latency at 300/s, poll 10ms",
+        "bloat: behind 5000 published rows",
+        "bloat / clean drain",
         "drain / seed algorithm",
         "drain / ceiling",
     ] {
@@ -52,11 +59,18 @@ fn bench_runs_every_scenario_and_writes_json() {
     let report: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(json.path()).expect("read")).expect("json");
     let figures = report["figures"].as_array().expect("figures");
-    assert_eq!(figures.len(), 9);
+    assert_eq!(figures.len(), 11);
     let latency = figures
         .iter()
         .find(|f| f["scenario"] == "latency at 200/s")
         .expect("latency");
     assert_eq!(latency["events"], 400, "every produced event was received");
     assert!(latency["p99_ms"].as_f64().is_some());
+    let polled = figures
+        .iter()
+        .find(|f| f["scenario"] == "latency at 300/s, poll 10ms")
+        .expect("polled latency");
+    assert_eq!(polled["events"], 600, "every produced event was received");
+    let svg = std::fs::read_to_string(json.path().with_extension("svg")).expect("an SVG chart");
+    assert!(svg.starts_with("<svg") && svg.contains("hot key"), "{svg}");
 }

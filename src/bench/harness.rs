@@ -135,13 +135,26 @@ pub enum Shape {
     Mixed,
     /// Every event on one topic and one partition key.
     HotKey,
+    /// The mixed backlog behind this many published rows that retention has not removed yet
+    /// (older, lower `seq`), as in a table keeping a week of history.
+    Bloated(u64),
 }
 
 /// Preloads `n` events.
 pub async fn preload(scratch: &Scratch, n: u64, shape: Shape) -> anyhow::Result<()> {
     let mut conn = scratch.conn().await?;
+    if let Shape::Bloated(published) = shape {
+        conn.batch_execute(&format!(
+            "INSERT INTO outbox (topic, payload, partition_key, created_at, published_at)
+             SELECT 'bench.topic' || (i % {TOPICS}), jsonb_build_object('n', i, 'pad', repeat('x', 220)),
+                    CASE WHEN i % 2 = 0 THEN 'key-' || (i % 1000) END,
+                    now() - interval '1 hour', now() - interval '1 hour'
+             FROM generate_series(1, {published}) AS i ORDER BY i"
+        ))
+        .await?;
+    }
     let sql = match shape {
-        Shape::Mixed => format!(
+        Shape::Mixed | Shape::Bloated(_) => format!(
             "INSERT INTO outbox (topic, payload, partition_key)
              SELECT 'bench.topic' || (i % {TOPICS}), jsonb_build_object('n', i, 'pad', repeat('x', 220)),
                     CASE WHEN i % 2 = 0 THEN 'key-' || (i % 1000) END

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use diesel::sql_types::{Text, Uuid as SqlUuid};
 use diesel::QueryableByName;
-use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
+use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
 use redis::streams::{StreamReadOptions, StreamReadReply};
 use uuid::Uuid;
 
@@ -63,10 +63,39 @@ struct Inserted {
     id: Uuid,
 }
 
+/// How the relay learns of new events in a steady run.
+#[derive(Debug, Clone, Copy)]
+pub enum Wakeup {
+    /// The outbox trigger's NOTIFY (the default configuration).
+    Notify,
+    /// `outbox.notify = 'off'` for the database, and the relay polls at this interval
+    /// (`relay.poll_only`): what the README recommends where producers commit many small
+    /// transactions concurrently, since notifying commits are serialized by Postgres.
+    Poll(Duration),
+}
+
+impl Wakeup {
+    /// The scenario name of a steady run at `rate`.
+    pub fn scenario(&self, rate: u64) -> String {
+        match self {
+            Wakeup::Notify => format!("latency at {rate}/s"),
+            Wakeup::Poll(every) => format!(
+                "latency at {rate}/s, poll {}",
+                humantime::format_duration(*every)
+            ),
+        }
+    }
+}
+
 /// Runs one steady rate for `duration`.
-pub async fn steady(env: &BenchEnv, rate: u64, duration: Duration) -> anyhow::Result<Latency> {
+pub async fn steady(
+    env: &BenchEnv,
+    rate: u64,
+    duration: Duration,
+    wakeup: Wakeup,
+) -> anyhow::Result<Latency> {
     let scratch = Scratch::new(env).await?;
-    let result = steady_in(&scratch, env, rate, duration).await;
+    let result = steady_in(&scratch, env, rate, duration, wakeup).await;
     scratch.cleanup().await;
     result
 }
@@ -76,8 +105,22 @@ async fn steady_in(
     env: &BenchEnv,
     rate: u64,
     duration: Duration,
+    wakeup: Wakeup,
 ) -> anyhow::Result<Latency> {
-    let relay = RelayProcess::start(scratch, env, "bench-latency", &[])?;
+    let poll_ms;
+    let mut relay_env: Vec<(&str, &str)> = Vec::new();
+    if let Wakeup::Poll(every) = wakeup {
+        let mut conn = scratch.conn().await?;
+        conn.batch_execute(&format!(
+            "ALTER DATABASE {} SET outbox.notify = 'off'",
+            scratch.name
+        ))
+        .await?;
+        poll_ms = format!("{}ms", every.as_millis().max(1));
+        relay_env.push(("OUTBOX__RELAY__POLL_INTERVAL", &poll_ms));
+        relay_env.push(("OUTBOX__RELAY__POLL_ONLY", "true"));
+    }
+    let relay = RelayProcess::start(scratch, env, "bench-latency", &relay_env)?;
     // Let the relay connect and LISTEN before the clock starts.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let committed: Arc<Mutex<HashMap<Uuid, Instant>>> = Arc::default();

@@ -7,6 +7,7 @@
 //! (10 rows per transaction, one XADD and one UPDATE per event) and the ceiling (the relay's
 //! own SQL with the Redis step removed).
 
+pub mod chart;
 pub mod harness;
 pub mod latency;
 pub mod reference;
@@ -16,7 +17,11 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub use harness::BenchEnv;
+use latency::Wakeup;
 pub use report::{Figure, Report};
+
+/// The relay's poll interval in the polled latency scenarios.
+pub const POLLED_INTERVAL: Duration = Duration::from_millis(10);
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -25,8 +30,13 @@ pub struct BenchOptions {
     pub events: u64,
     /// Steady rates (events/s) for the latency scenario.
     pub rates: Vec<u64>,
+    /// Steady rates measured again with NOTIFY switched off and the relay polling every
+    /// [`POLLED_INTERVAL`].
+    pub polled_rates: Vec<u64>,
     /// How long each steady rate runs.
     pub duration: Duration,
+    /// Published rows waiting for retention in the bloat scenario.
+    pub bloat_rows: u64,
     /// Scenario names to run (empty: all).
     pub only: Vec<String>,
     /// Where JSON results go.
@@ -65,6 +75,12 @@ pub async fn run(options: BenchOptions) -> anyhow::Result<Report> {
             report.record(&name, r.map(|d| d.figure(&name)));
         }
     }
+    if options.wants("bloat") {
+        let name = format!("bloat: behind {} published rows", options.bloat_rows);
+        let shape = harness::Shape::Bloated(options.bloat_rows);
+        let r = harness::drain(&env, n, 1, shape, &[]).await;
+        report.record(&name, r.map(|d| d.figure(&name)));
+    }
     if options.wants("hotkey") {
         let name = "hot key (one partition key)";
         let r = harness::drain(&env, n, 1, harness::Shape::HotKey, &[]).await;
@@ -81,9 +97,14 @@ pub async fn run(options: BenchOptions) -> anyhow::Result<Report> {
         report.record(name, r.map(|d| d.figure(name)));
     }
     if options.wants("latency") {
-        for &rate in &options.rates {
-            let name = format!("latency at {rate}/s");
-            let r = latency::steady(&env, rate, options.duration).await;
+        let notified = options.rates.iter().map(|&r| (r, Wakeup::Notify));
+        let polled = options
+            .polled_rates
+            .iter()
+            .map(|&r| (r, Wakeup::Poll(POLLED_INTERVAL)));
+        for (rate, wakeup) in notified.chain(polled) {
+            let name = wakeup.scenario(rate);
+            let r = latency::steady(&env, rate, options.duration, wakeup).await;
             report.record(&name, r.map(|l| l.figure(&name)));
         }
     }

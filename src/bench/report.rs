@@ -132,6 +132,9 @@ impl Report {
             }
         }
         if let Some(ours) = self.find("drain (keep") {
+            if let Some(bloated) = self.find("bloat") {
+                println!("bloat / clean drain: {:.2}", bloated / ours);
+            }
             if let Some(seed) = self.find("baseline") {
                 println!("drain / seed algorithm: {:.1}x", ours / seed);
             }
@@ -141,12 +144,15 @@ impl Report {
         }
     }
 
-    /// Writes `bench-<timestamp>.json` under `dir`.
+    /// Writes `bench-<timestamp>.json` and the chart `bench-<timestamp>.svg` under `dir`;
+    /// returns the JSON's path.
     pub fn write_json(&self, dir: &Path) -> anyhow::Result<PathBuf> {
         std::fs::create_dir_all(dir)?;
         let stamp = chrono::Utc::now().format("%Y%m%dT%H%M%SZ");
         let path = dir.join(format!("bench-{stamp}.json"));
         std::fs::write(&path, serde_json::to_string_pretty(self)?)?;
+        let chart = super::chart::render(&self.figures, &self.started_at);
+        std::fs::write(path.with_extension("svg"), chart)?;
         Ok(path)
     }
 }

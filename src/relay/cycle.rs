@@ -110,7 +110,10 @@ pub async fn run_once(deps: &CycleDeps) -> Result<CycleReport, CycleError> {
     let started = Instant::now();
     let mut conn = deps.pool.get().await.map_err(DbError::from)?;
     let mut report = conn
-        .transaction::<_, CycleError, _>(async |c| claim_and_publish(c, deps).await)
+        .transaction::<_, CycleError, _>(async |c| {
+            outbox::relax_commit_durability(c).await?;
+            claim_and_publish(c, deps).await
+        })
         .await?;
     report.elapsed = started.elapsed();
     Ok(report)
