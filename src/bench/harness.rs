@@ -248,7 +248,11 @@ impl RelayProcess {
             .env("OUTBOX__REDIS__STREAM_PREFIX", &scratch.prefix)
             .env("OUTBOX__ADMIN__ADDR", format!("127.0.0.1:{port}"))
             .env("OUTBOX__INSTANCE_ID", name)
-            .env("RUST_LOG", "warn")
+            // BENCH_RELAY_LOG=outbox_relay=trace shows each cycle's phase times.
+            .env(
+                "RUST_LOG",
+                std::env::var("BENCH_RELAY_LOG").unwrap_or_else(|_| "warn".into()),
+            )
             .envs(extra.iter().copied())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
