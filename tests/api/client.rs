@@ -134,6 +134,19 @@ impl Api {
             .to_string()
     }
 
+    /// Waits until `n` events of `topic` are published (rows marked in Postgres).
+    pub async fn wait_published(&self, topic: &str, n: i64) {
+        self.db
+            .wait_for(
+                &format!(
+                    "SELECT count(*) FROM outbox WHERE topic = '{topic}' AND published_at IS NOT NULL"
+                ),
+                n,
+                Duration::from_secs(20),
+            )
+            .await;
+    }
+
     /// The audit actions, oldest first.
     pub fn audit_actions(&self) -> Vec<String> {
         let page = self.get("/api/v1/audit?limit=1000");

@@ -2,7 +2,6 @@
 //! replicas, topics, the per-key timeline, and the OpenAPI document.
 
 use std::collections::HashSet;
-use std::time::Duration;
 
 use crate::client::*;
 use crate::common::*;
@@ -129,13 +128,7 @@ async fn enqueue_is_idempotent_per_key_and_events_reach_their_stream() {
     assert_eq!(api.post("/api/v1/events", Some(other)).status, 201);
     assert_eq!(api.db.scalar("SELECT count(*) FROM outbox").await, 3);
 
-    api.db
-        .wait_for(
-            "SELECT count(*) FROM outbox WHERE published_at IS NOT NULL",
-            3,
-            Duration::from_secs(20),
-        )
-        .await;
+    api.wait_published("order.created", 3).await;
     let entries = api.redis.entries("order.created").await;
     let entry = entries
         .iter()

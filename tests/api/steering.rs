@@ -23,13 +23,7 @@ async fn retry_of_a_dead_event_publishes_it_into_its_stream() {
     let r = api.post(&format!("/api/v1/events/{id}/retry"), None);
     assert_eq!(r.status, 200, "{:?}", r.json);
     assert_eq!(r.json["status"], "pending");
-    api.db
-        .wait_for(
-            "SELECT count(*) FROM outbox WHERE published_at IS NOT NULL",
-            1,
-            Duration::from_secs(20),
-        )
-        .await;
+    api.wait_published("order.created", 1).await;
     let entries = api.redis.entries("order.created").await;
     assert_eq!(entries.len(), 1);
     assert_eq!(entries[0]["id"], id);
@@ -69,13 +63,7 @@ async fn pause_holds_a_topic_and_resume_releases_it() {
     assert_eq!(api.post("/api/v1/events", Some(body)).status, 201);
     let other = r#"{"topic":"order.other","payload":{"n":2}}"#;
     assert_eq!(api.post("/api/v1/events", Some(other)).status, 201);
-    api.db
-        .wait_for(
-            "SELECT count(*) FROM outbox WHERE topic = 'order.other' AND published_at IS NOT NULL",
-            1,
-            Duration::from_secs(20),
-        )
-        .await;
+    api.wait_published("order.other", 1).await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(
         api.redis.xlen("order.shipped").await,
@@ -87,13 +75,7 @@ async fn pause_holds_a_topic_and_resume_releases_it() {
         (resumed.status, resumed.json["paused"].as_bool()),
         (200, Some(false))
     );
-    api.db
-        .wait_for(
-            "SELECT count(*) FROM outbox WHERE topic = 'order.shipped' AND published_at IS NOT NULL",
-            1,
-            Duration::from_secs(20),
-        )
-        .await;
+    api.wait_published("order.shipped", 1).await;
     assert_eq!(api.redis.xlen("order.shipped").await, 1);
     assert_eq!(
         api.audit_actions(),
@@ -157,13 +139,7 @@ async fn dead_letters_group_by_error_and_bulk_steering_takes_only_the_filter() {
     }
     let all = api.post("/api/v1/dead/retry", Some(r#"{"dry_run":false}"#));
     assert_eq!(all.json["count"], 1, "only the one not discarded");
-    api.db
-        .wait_for(
-            "SELECT count(*) FROM outbox WHERE published_at IS NOT NULL",
-            1,
-            Duration::from_secs(20),
-        )
-        .await;
+    api.wait_published("pay", 1).await;
     let entries = api.redis.entries("pay").await;
     assert_eq!(entries.len(), 1);
     assert_eq!(entries[0]["id"], c);
