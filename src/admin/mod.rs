@@ -1,11 +1,14 @@
-//! The admin HTTP server (actix-web): health, metrics, and (later) the JSON API and web UI.
+//! The admin HTTP server (actix-web): health, metrics, the JSON API (`api`), and (later) the web UI.
 //! [`routes`] lists every route in one place.
 
+pub mod api;
 pub mod auth;
+pub mod caller;
 pub mod health;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use actix_web::{web, App, HttpServer};
 use metrics_exporter_prometheus::PrometheusHandle;
@@ -34,6 +37,8 @@ pub struct AdminState {
     /// Wakes this replica's claimer after an action that makes events publishable (retry,
     /// resume), so they go out now rather than at the next poll.
     pub wake: Option<Recipient<Wake>>,
+    /// `relay.heartbeat_interval`: a replica silent for a few of these is not alive.
+    pub heartbeat_interval: Duration,
 }
 
 /// Every route of the admin server.
@@ -41,7 +46,8 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     cfg.route("/", web::get().to(health::index))
         .route("/healthz", web::get().to(health::healthz))
         .route("/readyz", web::get().to(health::readyz))
-        .route("/metrics", web::get().to(health::metrics));
+        .route("/metrics", web::get().to(health::metrics))
+        .configure(api::routes);
 }
 
 /// Binds the server; it runs until its handle is stopped (signals are handled by the app).
