@@ -1,8 +1,9 @@
-//! The admin HTTP server (actix-web): health, metrics, and (later) the JSON API and web UI.
+//! The admin HTTP server (actix-web): health, metrics, the web UI (`ui`), and (later) the JSON API.
 //! [`routes`] lists every route in one place.
 
 pub mod auth;
 pub mod health;
+pub mod ui;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -38,10 +39,10 @@ pub struct AdminState {
 
 /// Every route of the admin server.
 pub fn routes(cfg: &mut web::ServiceConfig) {
-    cfg.route("/", web::get().to(health::index))
-        .route("/healthz", web::get().to(health::healthz))
+    cfg.route("/healthz", web::get().to(health::healthz))
         .route("/readyz", web::get().to(health::readyz))
-        .route("/metrics", web::get().to(health::metrics));
+        .route("/metrics", web::get().to(health::metrics))
+        .configure(ui::routes);
 }
 
 /// Binds the server; it runs until its handle is stopped (signals are handled by the app).
