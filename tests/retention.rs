@@ -12,7 +12,7 @@ async fn retention_deletes_only_old_published_rows() {
     let db = TestDb::new().await;
     let redis = TestRedis::shared();
     let mut conn = db.conn().await;
-    outbox_relay::db::topics::set_paused(&mut conn, "held", true)
+    outbox_relay::db::topics::set_paused(&mut conn, "held", true, "test")
         .await
         .expect("pause");
     db.exec(
@@ -51,7 +51,7 @@ async fn retention_deletes_only_old_published_rows() {
         "a paused topic is not published"
     );
 
-    outbox_relay::db::topics::set_paused(&mut conn, "held", false)
+    outbox_relay::db::topics::set_paused(&mut conn, "held", false, "test")
         .await
         .expect("resume");
     db.wait_for(

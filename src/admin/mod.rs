@@ -1,12 +1,16 @@
-//! The admin HTTP server (actix-web): health, metrics, the web UI (`ui`), and (later) the JSON API.
+//! The admin HTTP server (actix-web): health, metrics, the JSON API (`api`) and the web UI
+//! (`ui`). Both call the same `crate::db` functions; only their transport differs.
 //! [`routes`] lists every route in one place.
 
+pub mod api;
 pub mod auth;
+pub mod caller;
 pub mod health;
 pub mod ui;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use actix_web::{web, App, HttpServer};
 use metrics_exporter_prometheus::PrometheusHandle;
@@ -35,6 +39,8 @@ pub struct AdminState {
     /// Wakes this replica's claimer after an action that makes events publishable (retry,
     /// resume), so they go out now rather than at the next poll.
     pub wake: Option<Recipient<Wake>>,
+    /// `relay.heartbeat_interval`: a replica silent for a few of these is not alive.
+    pub heartbeat_interval: Duration,
 }
 
 /// Every route of the admin server.
@@ -42,6 +48,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     cfg.route("/healthz", web::get().to(health::healthz))
         .route("/readyz", web::get().to(health::readyz))
         .route("/metrics", web::get().to(health::metrics))
+        .configure(api::routes)
         .configure(ui::routes);
 }
 

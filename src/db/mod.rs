@@ -3,6 +3,10 @@
 //! Raw SQL lives only here. Each function is named for what its statement does, so the relay
 //! reads as `claim_heads`, `mark_published`, `schedule_retry`, `delete_published_before`.
 
+pub mod audit;
+pub mod dead;
+pub mod events;
+pub mod idempotency;
 pub mod migrate;
 pub mod outbox;
 pub mod pool;

@@ -1,4 +1,5 @@
-//! All SQL of the `outbox` table: claiming, marking, retrying, dead-lettering, retention, stats.
+//! The relay's SQL of the `outbox` table: claiming, marking, retrying, dead-lettering,
+//! retention, stats. The admin's reads are in `events`, its dead-letter steering in `dead`.
 //!
 //! The claim happens in two statements inside the relay's publish transaction:
 //! [`claim_heads`] locks the oldest claimable events (each the first pending event of its
@@ -236,8 +237,8 @@ pub async fn schedule_retry(
 /// Advisory lock class of the retention cleaner ("outbox-r").
 const RETENTION_LOCK: i64 = 0x6f75_7462_6f78_2d72;
 
-/// Deletes up to `limit` published rows older than `older_than_ms`, if no other replica is
-/// deleting right now. Returns `None` when another replica holds the retention lock.
+/// Deletes up to `limit` published rows older than `older_than_ms`, and as many dead letters
+/// an operator discarded that long ago, if no other replica is deleting right now. Returns `None` when another replica holds the retention lock.
 pub async fn delete_published_before(
     conn: &mut AsyncPgConnection,
     older_than_ms: i64,
@@ -254,14 +255,23 @@ pub async fn delete_published_before(
     // holder's DELETE touches rows. SKIP LOCKED keeps it clear of anything else's locks.
     let row: Deleted = diesel::sql_query(
         "WITH lock AS MATERIALIZED (SELECT pg_try_advisory_xact_lock($1) AS locked),
-         doomed AS (
+         published AS (
              SELECT o.id FROM outbox o, lock
              WHERE lock.locked AND o.published_at IS NOT NULL
                AND o.published_at < now() - $2 * interval '1 millisecond'
              ORDER BY o.published_at
              LIMIT $3
              FOR UPDATE OF o SKIP LOCKED),
-         gone AS (DELETE FROM outbox WHERE id IN (SELECT id FROM doomed) RETURNING 1)
+         discarded AS (
+             SELECT o.id FROM outbox o, lock
+             WHERE lock.locked AND o.discarded_at IS NOT NULL
+               AND o.discarded_at < now() - $2 * interval '1 millisecond'
+             ORDER BY o.discarded_at
+             LIMIT $3
+             FOR UPDATE OF o SKIP LOCKED),
+         gone AS (DELETE FROM outbox
+                  WHERE id IN (SELECT id FROM published UNION ALL SELECT id FROM discarded)
+                  RETURNING 1)
          SELECT (SELECT locked FROM lock) AS locked, (SELECT count(*) FROM gone) AS deleted",
     )
     .bind::<BigInt, _>(RETENTION_LOCK)
@@ -278,7 +288,7 @@ pub struct Backlog {
     /// Pending, not dead.
     #[diesel(sql_type = BigInt)]
     pub pending: i64,
-    /// Dead-lettered.
+    /// Dead-lettered and not discarded by an operator.
     #[diesel(sql_type = BigInt)]
     pub dead: i64,
     /// Age in seconds of the oldest pending event (0 when none).
@@ -291,7 +301,7 @@ pub async fn backlog(conn: &mut AsyncPgConnection) -> Result<Backlog, DbError> {
     Ok(diesel::sql_query(
         "SELECT
            (SELECT count(*) FROM outbox WHERE published_at IS NULL AND dead_at IS NULL) AS pending,
-           (SELECT count(*) FROM outbox WHERE dead_at IS NOT NULL) AS dead,
+           (SELECT count(*) FROM outbox WHERE dead_at IS NOT NULL AND discarded_at IS NULL) AS dead,
            COALESCE((SELECT extract(epoch FROM now() - created_at)::float8 FROM outbox
                      WHERE published_at IS NULL AND dead_at IS NULL
                      ORDER BY seq LIMIT 1), 0) AS oldest_pending_age_seconds",

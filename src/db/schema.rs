@@ -15,6 +15,7 @@ diesel::table! {
         attempts -> Int4,
         last_error -> Nullable<Text>,
         dead_at -> Nullable<Timestamptz>,
+        discarded_at -> Nullable<Timestamptz>,
     }
 }
 
@@ -36,4 +37,30 @@ diesel::table! {
     }
 }
 
-diesel::allow_tables_to_appear_in_same_query!(outbox, outbox_replicas, outbox_topics,);
+diesel::table! {
+    outbox_idempotency (key) {
+        key -> Text,
+        request_hash -> Bytea,
+        event_id -> Uuid,
+        created_at -> Timestamptz,
+    }
+}
+
+diesel::table! {
+    outbox_audit (id) {
+        id -> Int8,
+        at -> Timestamptz,
+        who -> Text,
+        action -> Text,
+        target -> Text,
+        detail -> Jsonb,
+    }
+}
+
+diesel::allow_tables_to_appear_in_same_query!(
+    outbox,
+    outbox_audit,
+    outbox_idempotency,
+    outbox_replicas,
+    outbox_topics,
+);

@@ -12,7 +12,7 @@ use diesel::sql_types::{Array, BigInt, Bool, Nullable, Text};
 use diesel::QueryableByName;
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 
-use super::DbError;
+use super::{audit, DbError};
 
 /// Advisory lock class of topic state ("outbox-t").
 const TOPIC_LOCK: i64 = 0x6f75_7462_6f78_2d74;
@@ -89,35 +89,63 @@ pub async fn set_maxlen(
     Ok(())
 }
 
-/// Pauses or resumes a topic (a topic with no events yet gets a row too). Returns after every
-/// in-flight batch of the topic has committed.
+/// Pauses or resumes a topic as `who` (a topic with no events yet gets a row too), with
+/// its audit row. Returns after every in-flight batch of the topic has committed.
 pub async fn set_paused(
     conn: &mut AsyncPgConnection,
     topic: &str,
     paused: bool,
+    who: &str,
 ) -> Result<(), DbError> {
     let topic = topic.to_string();
     conn.transaction::<_, DbError, _>(async |c| {
-        diesel::sql_query("SELECT pg_advisory_xact_lock(hashtextextended($1, $2))")
-            .bind::<Text, _>(&topic)
-            .bind::<BigInt, _>(TOPIC_LOCK)
-            .execute(c)
-            .await?;
-        diesel::sql_query(
-            "INSERT INTO outbox_topics (topic, paused, updated_at) VALUES ($1, $2, now())
-             ON CONFLICT (topic) DO UPDATE SET paused = EXCLUDED.paused, updated_at = now()",
-        )
-        .bind::<Text, _>(&topic)
-        .bind::<Bool, _>(paused)
-        .execute(c)
-        .await?;
-        if !paused {
-            // Wake the claimers: the topic's backlog is claimable again.
-            diesel::sql_query("SELECT pg_notify('outbox_events', '')")
-                .execute(c)
-                .await?;
-        }
-        Ok(())
+        write_paused(c, &topic, paused).await?;
+        let action = if paused { "pause" } else { "resume" };
+        audit::record(c, who, action, &topic, &serde_json::json!({})).await
     })
     .await
+}
+
+/// Replaces a topic's settings (pause flag and stream trimming) as `who`, in one
+/// transaction with its audit row.
+pub async fn set_settings(
+    conn: &mut AsyncPgConnection,
+    topic: &str,
+    paused: bool,
+    maxlen: Option<i64>,
+    who: &str,
+) -> Result<(), DbError> {
+    let topic = topic.to_string();
+    conn.transaction::<_, DbError, _>(async |c| {
+        write_paused(c, &topic, paused).await?;
+        set_maxlen(c, &topic, maxlen).await?;
+        let detail = serde_json::json!({ "paused": paused, "maxlen": maxlen });
+        audit::record(c, who, "topic_settings", &topic, &detail).await
+    })
+    .await
+}
+
+/// Inside a transaction: waits for in-flight batches of the topic (the exclusive side of
+/// the lock [`lock_for_publish`] takes shared), then writes the flag.
+async fn write_paused(c: &mut AsyncPgConnection, topic: &str, paused: bool) -> Result<(), DbError> {
+    diesel::sql_query("SELECT pg_advisory_xact_lock(hashtextextended($1, $2))")
+        .bind::<Text, _>(topic)
+        .bind::<BigInt, _>(TOPIC_LOCK)
+        .execute(c)
+        .await?;
+    diesel::sql_query(
+        "INSERT INTO outbox_topics (topic, paused, updated_at) VALUES ($1, $2, now())
+         ON CONFLICT (topic) DO UPDATE SET paused = EXCLUDED.paused, updated_at = now()",
+    )
+    .bind::<Text, _>(topic)
+    .bind::<Bool, _>(paused)
+    .execute(c)
+    .await?;
+    if !paused {
+        // Wake the claimers: the topic's backlog is claimable again.
+        diesel::sql_query("SELECT pg_notify('outbox_events', '')")
+            .execute(c)
+            .await?;
+    }
+    Ok(())
 }

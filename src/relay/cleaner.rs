@@ -1,6 +1,8 @@
 //! The retention cleaner: deletes published rows older than `retention.published_for`, in
 //! small batches, on one replica at a time (a transaction-scoped advisory lock: no leader to
-//! elect, nothing to release if a replica dies). Unpublished and dead rows are never touched.
+//! elect, nothing to release if a replica dies). Unpublished and dead rows are never touched,
+//! except dead letters an operator discarded, which go after the same time as published ones.
+//! It also forgets idempotency keys of the admin API older than a day.
 
 use std::time::Duration;
 
@@ -8,7 +10,7 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 
 use super::periodic::Job;
-use crate::db::{outbox, DbError, Pool};
+use crate::db::{idempotency, outbox, DbError, Pool};
 
 /// The cleaner's settings and pool.
 #[derive(Clone)]
@@ -51,6 +53,10 @@ pub async fn run_once(cleaner: &Cleaner) -> Result<Option<usize>, DbError> {
     if total > 0 {
         crate::telemetry::retention_deleted(total);
     }
+    // Expired keys are also ignored at lookup; this only bounds the table. Only the replica
+    // that held the retention lock gets here.
+    let mut conn = cleaner.pool.get().await?;
+    idempotency::expire(&mut conn, i64::from(cleaner.batch_size)).await?;
     Ok(Some(total))
 }
 

@@ -1,0 +1,162 @@
+//! `/api/v1/dead/...`: dead letters in bulk: grouped by error fingerprint, and retried or
+//! discarded by filter, with a dry run that only counts.
+
+use actix_web::{web, HttpResponse};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+use super::error::{ApiError, ApiResult};
+use super::wake_claimer;
+use crate::admin::caller::Caller;
+use crate::admin::AdminState;
+use crate::db::dead::{self, DeadAction, DeadFilter};
+
+/// Which dead letters; every field narrows, an empty filter takes all of them.
+#[derive(Debug, Clone, Default, Deserialize, ToSchema, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct Filter {
+    /// Only this topic.
+    pub topic: Option<String>,
+    /// Only this partition key.
+    pub key: Option<String>,
+    /// `last_error` contains this text (case-insensitive).
+    pub error: Option<String>,
+    /// `last_error` has this fingerprint (from `GET /api/v1/dead/groups`).
+    pub fingerprint: Option<String>,
+    /// Dead at or after this time (RFC 3339).
+    pub dead_after: Option<DateTime<Utc>>,
+    /// Dead before this time (RFC 3339).
+    pub dead_before: Option<DateTime<Utc>>,
+}
+
+impl Filter {
+    fn into_db(self) -> ApiResult<DeadFilter> {
+        if let (Some(a), Some(b)) = (self.dead_after, self.dead_before) {
+            if a >= b {
+                return Err(ApiError::BadRequest(
+                    "dead_after must be before dead_before".into(),
+                ));
+            }
+        }
+        Ok(DeadFilter {
+            topic: self.topic,
+            partition_key: self.key,
+            error_contains: self.error,
+            fingerprint: self.fingerprint,
+            dead_after: self.dead_after,
+            dead_before: self.dead_before,
+        })
+    }
+}
+
+/// A bulk action on dead letters.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BulkRequest {
+    /// Which dead letters.
+    #[serde(default)]
+    pub filter: Filter,
+    /// Only count what would change (the default: acting needs `"dry_run": false`).
+    #[serde(default = "default_dry_run")]
+    pub dry_run: bool,
+}
+
+fn default_dry_run() -> bool {
+    true
+}
+
+/// What a bulk action matched (dry run) or changed.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct BulkResponse {
+    /// Dead letters matched (dry run) or changed.
+    pub count: i64,
+    /// True when nothing was changed.
+    pub dry_run: bool,
+}
+
+/// Dead letters sharing an error fingerprint.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorGroup {
+    /// The error with uuids and numbers replaced by `<uuid>`, `<hex>`, `<n>`.
+    pub fingerprint: String,
+    /// One real error of the group.
+    pub example: String,
+    /// Dead letters in the group.
+    pub count: i64,
+    /// Topics involved.
+    pub topics: Vec<String>,
+    /// The earliest death.
+    pub first_dead_at: DateTime<Utc>,
+    /// The latest death.
+    pub last_dead_at: DateTime<Utc>,
+}
+
+/// Dead letters grouped by error fingerprint, largest group first (at most 1000 groups).
+#[utoipa::path(get, path = "/api/v1/dead/groups", tag = "dead", params(Filter),
+    responses((status = 200, body = [ErrorGroup]), (status = 400), (status = 401), (status = 503)))]
+pub async fn groups(
+    state: web::Data<AdminState>,
+    q: web::Query<Filter>,
+) -> ApiResult<HttpResponse> {
+    let filter = q.into_inner().into_db()?;
+    let mut conn = state.pool.get().await?;
+    let groups: Vec<ErrorGroup> = dead::groups(&mut conn, &filter)
+        .await?
+        .into_iter()
+        .map(|g| ErrorGroup {
+            fingerprint: g.fingerprint,
+            example: g.example,
+            count: g.count,
+            topics: g.topics,
+            first_dead_at: g.first_dead_at,
+            last_dead_at: g.last_dead_at,
+        })
+        .collect();
+    Ok(HttpResponse::Ok().json(groups))
+}
+
+async fn bulk(
+    state: &AdminState,
+    caller: &Caller,
+    req: BulkRequest,
+    action: DeadAction,
+) -> ApiResult<HttpResponse> {
+    let filter = req.filter.into_db()?;
+    let mut conn = state.pool.get().await?;
+    let count = if req.dry_run {
+        dead::count(&mut conn, &filter).await?
+    } else {
+        dead::act_on_matching(&mut conn, action, &filter, &caller.who).await?
+    };
+    if !req.dry_run && action == DeadAction::Retry && count > 0 {
+        wake_claimer(state);
+    }
+    Ok(HttpResponse::Ok().json(BulkResponse {
+        count,
+        dry_run: req.dry_run,
+    }))
+}
+
+/// Requeues every dead letter matching the filter (or counts them with `dry_run`).
+#[utoipa::path(post, path = "/api/v1/dead/retry", tag = "dead", request_body = BulkRequest,
+    responses((status = 200, body = BulkResponse), (status = 400), (status = 401), (status = 403), (status = 503)))]
+pub async fn retry(
+    state: web::Data<AdminState>,
+    caller: Caller,
+    body: web::Json<BulkRequest>,
+) -> ApiResult<HttpResponse> {
+    bulk(&state, &caller, body.into_inner(), DeadAction::Retry).await
+}
+
+/// Discards every dead letter matching the filter (or counts them with `dry_run`).
+#[utoipa::path(post, path = "/api/v1/dead/discard", tag = "dead", request_body = BulkRequest,
+    responses((status = 200, body = BulkResponse), (status = 400), (status = 401), (status = 403), (status = 503)))]
+pub async fn discard(
+    state: web::Data<AdminState>,
+    caller: Caller,
+    body: web::Json<BulkRequest>,
+) -> ApiResult<HttpResponse> {
+    bulk(&state, &caller, body.into_inner(), DeadAction::Discard).await
+}

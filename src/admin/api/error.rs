@@ -1,0 +1,98 @@
+//! The API's error type: every failure becomes a status and `{"error": "..."}`. Bad input is
+//! a 4xx, a Postgres outage a 503; a 500 means a bug, and its cause is logged, not shown.
+
+use actix_web::http::{header, StatusCode};
+use actix_web::{HttpResponse, ResponseError};
+
+use crate::db::DbError;
+
+/// Why a request failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// Malformed or invalid input.
+    #[error("{0}")]
+    BadRequest(String),
+    /// No token, or a wrong one.
+    #[error("missing or wrong bearer token")]
+    Unauthorized,
+    /// The caller may look but not act.
+    #[error("this token may only read")]
+    Forbidden,
+    /// Nothing there.
+    #[error("{0}")]
+    NotFound(String),
+    /// The target is not in a state that allows the action.
+    #[error("{0}")]
+    Conflict(String),
+    /// Understood but refused (an idempotency key reused with another body).
+    #[error("{0}")]
+    Unprocessable(String),
+    /// The body is larger than the API accepts.
+    #[error("request body larger than {0} bytes")]
+    TooLarge(usize),
+    /// Postgres cannot be reached (or timed out): try again later.
+    #[error("postgres unavailable")]
+    Unavailable,
+    /// A bug on our side; the details are in the log.
+    #[error("internal error")]
+    Internal,
+}
+
+impl ResponseError for ApiError {
+    fn status_code(&self) -> StatusCode {
+        match self {
+            ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
+            ApiError::Forbidden => StatusCode::FORBIDDEN,
+            ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::Conflict(_) => StatusCode::CONFLICT,
+            ApiError::Unprocessable(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            ApiError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        let mut response = HttpResponse::build(self.status_code());
+        if matches!(self, ApiError::Unauthorized) {
+            response.insert_header((header::WWW_AUTHENTICATE, "Bearer"));
+        }
+        response.json(serde_json::json!({ "error": self.to_string() }))
+    }
+}
+
+impl From<DbError> for ApiError {
+    fn from(e: DbError) -> Self {
+        use diesel::result::{DatabaseErrorKind as Kind, Error as Q};
+        match &e {
+            // Constraint violations mean we let bad input through: a bug, not an outage.
+            DbError::Query(Q::DatabaseError(
+                Kind::UniqueViolation
+                | Kind::CheckViolation
+                | Kind::NotNullViolation
+                | Kind::ForeignKeyViolation,
+                _,
+            ))
+            | DbError::Query(Q::DeserializationError(_) | Q::SerializationError(_)) => {
+                tracing::error!("admin api: {e}");
+                ApiError::Internal
+            }
+            // Everything else (no connection, dropped connection, statement timeout) is
+            // Postgres being away or overloaded.
+            _ => {
+                tracing::warn!("admin api: {e}");
+                ApiError::Unavailable
+            }
+        }
+    }
+}
+
+/// A response or an [`ApiError`].
+pub type ApiResult<T> = Result<T, ApiError>;
+
+impl From<diesel_async::pooled_connection::bb8::RunError> for ApiError {
+    fn from(e: diesel_async::pooled_connection::bb8::RunError) -> Self {
+        ApiError::from(DbError::from(e))
+    }
+}

@@ -1,0 +1,355 @@
+//! `/api/v1/events`: list (keyset), one event, its key's timeline, enqueue (idempotent),
+//! and retry or discard of one dead letter.
+
+use actix_web::http::header::HeaderMap;
+use actix_web::{web, HttpRequest, HttpResponse};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+use uuid::Uuid;
+
+use super::error::{ApiError, ApiResult};
+use super::{next_cursor, wake_claimer, Page};
+use crate::admin::caller::Caller;
+use crate::admin::AdminState;
+use crate::db::dead::{self, DeadAction, Steered};
+use crate::db::events::{self, EventFilter, EventRow, Status};
+use crate::db::idempotency::{self, EnqueueError, Enqueued};
+use crate::producer::NewEvent;
+
+/// One event.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct EventView {
+    /// The event id.
+    pub id: Uuid,
+    /// Routing name.
+    pub topic: String,
+    /// Ordering key.
+    pub partition_key: Option<String>,
+    /// The body.
+    #[schema(value_type = Object)]
+    pub payload: serde_json::Value,
+    /// Metadata passed through (`{}` when none).
+    #[schema(value_type = Object)]
+    pub headers: serde_json::Value,
+    /// When the producer wrote it.
+    pub created_at: DateTime<Utc>,
+    /// Not published before this time.
+    pub available_at: DateTime<Utc>,
+    /// When it reached its stream.
+    pub published_at: Option<DateTime<Utc>>,
+    /// Failed attempts so far.
+    pub attempts: i32,
+    /// The last failure.
+    pub last_error: Option<String>,
+    /// When it was dead-lettered.
+    pub dead_at: Option<DateTime<Utc>>,
+    /// When an operator discarded it.
+    pub discarded_at: Option<DateTime<Utc>>,
+    /// `pending`, `published`, `dead` or `discarded`.
+    pub status: StatusParam,
+}
+
+impl From<EventRow> for EventView {
+    fn from(r: EventRow) -> Self {
+        let status = if r.discarded_at.is_some() {
+            StatusParam::Discarded
+        } else if r.dead_at.is_some() {
+            StatusParam::Dead
+        } else if r.published_at.is_some() {
+            StatusParam::Published
+        } else {
+            StatusParam::Pending
+        };
+        EventView {
+            id: r.id,
+            topic: r.topic,
+            partition_key: r.partition_key,
+            payload: r.payload,
+            headers: r.headers.unwrap_or_else(|| serde_json::json!({})),
+            created_at: r.created_at,
+            available_at: r.available_at,
+            published_at: r.published_at,
+            attempts: r.attempts,
+            last_error: r.last_error,
+            dead_at: r.dead_at,
+            discarded_at: r.discarded_at,
+            status,
+        }
+    }
+}
+
+/// The state of an event.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum StatusParam {
+    /// Not yet published, not dead.
+    Pending,
+    /// In its stream.
+    Published,
+    /// Dead-lettered.
+    Dead,
+    /// Dead-lettered and discarded by an operator.
+    Discarded,
+}
+
+impl From<StatusParam> for Status {
+    fn from(s: StatusParam) -> Self {
+        match s {
+            StatusParam::Pending => Status::Pending,
+            StatusParam::Published => Status::Published,
+            StatusParam::Dead => Status::Dead,
+            StatusParam::Discarded => Status::Discarded,
+        }
+    }
+}
+
+/// The filters of `GET /api/v1/events`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct ListQuery {
+    /// Only events in this state.
+    pub status: Option<StatusParam>,
+    /// Only this topic.
+    pub topic: Option<String>,
+    /// Only this partition key (any topic unless `topic` is given).
+    pub key: Option<String>,
+    /// Items per page, 1 to 1000 (default 50).
+    pub limit: Option<i64>,
+    /// The `next` cursor of the previous page.
+    pub after: Option<String>,
+}
+
+/// A page of events, newest first.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct EventPage {
+    /// The events.
+    pub events: Vec<EventView>,
+    /// The cursor of the next page (`after=`), null on the last page.
+    pub next: Option<String>,
+}
+
+/// Events, newest first, filtered and keyset paginated.
+#[utoipa::path(get, path = "/api/v1/events", tag = "events", params(ListQuery),
+    responses((status = 200, body = EventPage), (status = 400), (status = 401), (status = 503)))]
+pub async fn list(
+    state: web::Data<AdminState>,
+    q: web::Query<ListQuery>,
+) -> ApiResult<HttpResponse> {
+    let q = q.into_inner();
+    let page = Page {
+        limit: q.limit,
+        after: q.after,
+    };
+    let (limit, cursor) = (page.limit()?, page.cursor()?);
+    let filter = EventFilter {
+        status: q.status.map(Status::from),
+        topic: q.topic,
+        partition_key: q.key,
+    };
+    let mut conn = state.pool.get().await?;
+    let mut rows = events::list(&mut conn, &filter, cursor, limit + 1).await?;
+    let next = next_cursor(&mut rows, limit, |r| r.seq);
+    let events = rows.into_iter().map(EventView::from).collect();
+    Ok(HttpResponse::Ok().json(EventPage { events, next }))
+}
+
+async fn load(state: &AdminState, id: Uuid) -> ApiResult<EventRow> {
+    let mut conn = state.pool.get().await?;
+    events::get(&mut conn, id)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("no event {id}")))
+}
+
+/// One event.
+#[utoipa::path(get, path = "/api/v1/events/{id}", tag = "events",
+    params(("id" = Uuid, Path, description = "the event id")),
+    responses((status = 200, body = EventView), (status = 400), (status = 401), (status = 404), (status = 503)))]
+pub async fn get(state: web::Data<AdminState>, id: web::Path<Uuid>) -> ApiResult<HttpResponse> {
+    let row = load(&state, id.into_inner()).await?;
+    Ok(HttpResponse::Ok().json(EventView::from(row)))
+}
+
+/// How many neighbours a timeline shows on each side.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct TimelineQuery {
+    /// Events on each side, 1 to 1000 (default 50).
+    pub limit: Option<i64>,
+}
+
+/// An event among the other events of its topic and key.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Timeline {
+    /// The event.
+    pub event: EventView,
+    /// Events of the same topic and key inserted before it, nearest first.
+    pub earlier: Vec<EventView>,
+    /// Events of the same topic and key inserted after it, nearest first.
+    pub later: Vec<EventView>,
+}
+
+/// The per-key timeline: what came before and after an event on its key (empty lists for
+/// an unkeyed event). Published rows older than retention are gone.
+#[utoipa::path(get, path = "/api/v1/events/{id}/timeline", tag = "events",
+    params(("id" = Uuid, Path, description = "the event id"), TimelineQuery),
+    responses((status = 200, body = Timeline), (status = 400), (status = 401), (status = 404), (status = 503)))]
+pub async fn timeline(
+    state: web::Data<AdminState>,
+    id: web::Path<Uuid>,
+    q: web::Query<TimelineQuery>,
+) -> ApiResult<HttpResponse> {
+    let limit = Page {
+        limit: q.limit,
+        after: None,
+    }
+    .limit()?;
+    let row = load(&state, id.into_inner()).await?;
+    let (mut earlier, mut later) = (Vec::new(), Vec::new());
+    if let Some(key) = &row.partition_key {
+        let mut conn = state.pool.get().await?;
+        earlier = events::neighbours(&mut conn, &row.topic, key, row.seq, true, limit).await?;
+        later = events::neighbours(&mut conn, &row.topic, key, row.seq, false, limit).await?;
+    }
+    let views = |rows: Vec<EventRow>| rows.into_iter().map(EventView::from).collect();
+    Ok(HttpResponse::Ok().json(Timeline {
+        event: row.into(),
+        earlier: views(earlier),
+        later: views(later),
+    }))
+}
+
+/// The body of `POST /api/v1/events`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EnqueueRequest {
+    /// Routing name: 1 to 255 characters, no whitespace or control characters.
+    pub topic: String,
+    /// The body (any JSON value).
+    #[schema(value_type = Object)]
+    pub payload: serde_json::Value,
+    /// Ordering key.
+    pub partition_key: Option<String>,
+    /// Metadata passed through: a JSON object (default `{}`).
+    #[schema(value_type = Option<Object>)]
+    pub headers: Option<serde_json::Value>,
+}
+
+/// The id of an enqueued event.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct EnqueueResponse {
+    /// The event id.
+    pub id: Uuid,
+}
+
+/// The `Idempotency-Key` header, if sent: 1 to 255 visible ASCII characters.
+fn idempotency_key(headers: &HeaderMap) -> ApiResult<Option<String>> {
+    let Some(value) = headers.get("idempotency-key") else {
+        return Ok(None);
+    };
+    value
+        .to_str()
+        .ok()
+        .filter(|k| (1..=255).contains(&k.len()) && k.bytes().all(|b| b.is_ascii_graphic()))
+        .map(|k| Some(k.to_string()))
+        .ok_or_else(|| {
+            ApiError::BadRequest("Idempotency-Key must be 1 to 255 visible ASCII characters".into())
+        })
+}
+
+/// Enqueues one event. With an `Idempotency-Key`, the same key and body again answer 200
+/// with the first id and store nothing; the key with another body answers 422; while a
+/// request with the key is still being processed, another answers 409.
+#[utoipa::path(post, path = "/api/v1/events", tag = "events", request_body = EnqueueRequest,
+    params(("Idempotency-Key" = Option<String>, Header, description = "makes a retried request safe")),
+    responses((status = 201, body = EnqueueResponse), (status = 200, body = EnqueueResponse),
+        (status = 400), (status = 401), (status = 403), (status = 409), (status = 413), (status = 422), (status = 503)))]
+pub async fn enqueue(
+    state: web::Data<AdminState>,
+    caller: Caller,
+    req: HttpRequest,
+    body: web::Json<EnqueueRequest>,
+) -> ApiResult<HttpResponse> {
+    let key = idempotency_key(req.headers())?;
+    let body = body.into_inner();
+    super::valid_topic(&body.topic)?;
+    let headers = body.headers.unwrap_or_else(|| serde_json::json!({}));
+    if !headers.is_object() {
+        return Err(ApiError::BadRequest("headers must be a JSON object".into()));
+    }
+    let mut event = NewEvent::new(body.topic, body.payload).headers(headers);
+    event.partition_key = body.partition_key;
+    let mut conn = state.pool.get().await?;
+    match idempotency::enqueue_once(&mut conn, &event, key.as_deref(), &caller.who).await {
+        Ok(Enqueued::Created(id)) => Ok(HttpResponse::Created().json(EnqueueResponse { id })),
+        Ok(Enqueued::Replayed(id)) => Ok(HttpResponse::Ok().json(EnqueueResponse { id })),
+        Err(EnqueueError::InvalidTopic(t)) => {
+            Err(ApiError::BadRequest(format!("invalid topic {t:?}")))
+        }
+        Err(e @ EnqueueError::KeyInFlight) => Err(ApiError::Conflict(e.to_string())),
+        Err(e @ EnqueueError::KeyReused) => Err(ApiError::Unprocessable(e.to_string())),
+        Err(EnqueueError::Db(e)) => Err(e.into()),
+    }
+}
+
+/// What a single-event action did.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Steering {
+    /// The event.
+    pub id: Uuid,
+    /// Its state now.
+    pub status: StatusParam,
+}
+
+async fn steer(
+    state: &AdminState,
+    caller: &Caller,
+    id: Uuid,
+    action: DeadAction,
+) -> ApiResult<HttpResponse> {
+    let mut conn = state.pool.get().await?;
+    match dead::act_on_one(&mut conn, action, id, &caller.who).await? {
+        Steered::NotFound => Err(ApiError::NotFound(format!("no event {id}"))),
+        Steered::NotDead => Err(ApiError::Conflict(format!(
+            "event {id} is not dead (pending, published or already discarded)"
+        ))),
+        Steered::Done => {
+            let status = match action {
+                DeadAction::Retry => {
+                    wake_claimer(state);
+                    StatusParam::Pending
+                }
+                DeadAction::Discard => StatusParam::Discarded,
+            };
+            Ok(HttpResponse::Ok().json(Steering { id, status }))
+        }
+    }
+}
+
+/// Requeues a dead event: attempts 0, `dead_at` null, publishable now (`last_error` is
+/// kept until the publish or a new failure replaces it).
+#[utoipa::path(post, path = "/api/v1/events/{id}/retry", tag = "events",
+    params(("id" = Uuid, Path, description = "the event id")),
+    responses((status = 200, body = Steering), (status = 400), (status = 401), (status = 403), (status = 404), (status = 409), (status = 503)))]
+pub async fn retry(
+    state: web::Data<AdminState>,
+    caller: Caller,
+    id: web::Path<Uuid>,
+) -> ApiResult<HttpResponse> {
+    steer(&state, &caller, id.into_inner(), DeadAction::Retry).await
+}
+
+/// Discards a dead event: it is kept for the record, never retried, and deleted by
+/// retention `retention.published_for` after the discard.
+#[utoipa::path(post, path = "/api/v1/events/{id}/discard", tag = "events",
+    params(("id" = Uuid, Path, description = "the event id")),
+    responses((status = 200, body = Steering), (status = 400), (status = 401), (status = 403), (status = 404), (status = 409), (status = 503)))]
+pub async fn discard(
+    state: web::Data<AdminState>,
+    caller: Caller,
+    id: web::Path<Uuid>,
+) -> ApiResult<HttpResponse> {
+    steer(&state, &caller, id.into_inner(), DeadAction::Discard).await
+}

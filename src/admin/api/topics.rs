@@ -1,0 +1,136 @@
+//! `/api/v1/topics`: per-topic counts and settings; pause, resume, and stream trimming.
+
+use actix_web::{web, HttpResponse};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use super::error::{ApiError, ApiResult};
+use super::stats::TopicStats;
+use super::{valid_topic, wake_claimer};
+use crate::admin::caller::Caller;
+use crate::admin::AdminState;
+use crate::db::{events, topics};
+
+/// Every topic with events or settings, with its counts.
+#[utoipa::path(get, path = "/api/v1/topics", tag = "topics",
+    responses((status = 200, body = [TopicStats]), (status = 401), (status = 503)))]
+pub async fn list(state: web::Data<AdminState>) -> ApiResult<HttpResponse> {
+    let mut conn = state.pool.get().await?;
+    let rows = events::topic_counts(&mut conn, None).await?;
+    let view: Vec<TopicStats> = rows.into_iter().map(TopicStats::from).collect();
+    Ok(HttpResponse::Ok().json(view))
+}
+
+async fn one(state: &AdminState, topic: &str) -> ApiResult<TopicStats> {
+    let mut conn = state.pool.get().await?;
+    let row = events::topic_counts(&mut conn, Some(topic))
+        .await?
+        .into_iter()
+        .next();
+    // A topic nobody wrote to yet is a valid, active topic with nothing in it.
+    Ok(row.map(TopicStats::from).unwrap_or(TopicStats {
+        topic: topic.to_string(),
+        pending: 0,
+        published: 0,
+        dead: 0,
+        discarded: 0,
+        paused: false,
+        maxlen: None,
+    }))
+}
+
+/// One topic's counts and settings (zeros and defaults for a topic never seen).
+#[utoipa::path(get, path = "/api/v1/topics/{topic}", tag = "topics",
+    params(("topic" = String, Path, description = "the topic ('/' as %2F)")),
+    responses((status = 200, body = TopicStats), (status = 400), (status = 401), (status = 503)))]
+pub async fn get(
+    state: web::Data<AdminState>,
+    topic: web::Path<String>,
+) -> ApiResult<HttpResponse> {
+    valid_topic(&topic)?;
+    Ok(HttpResponse::Ok().json(one(&state, &topic).await?))
+}
+
+/// The settings of a topic (`PUT` replaces both).
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TopicSettings {
+    /// Paused: no replica publishes the topic.
+    pub paused: bool,
+    /// Trim the stream to about this many entries (`MAXLEN ~`); null uses `redis.maxlen`.
+    pub maxlen: Option<i64>,
+}
+
+/// Replaces a topic's settings; answers the topic as it is now.
+#[utoipa::path(put, path = "/api/v1/topics/{topic}", tag = "topics", request_body = TopicSettings,
+    params(("topic" = String, Path, description = "the topic ('/' as %2F)")),
+    responses((status = 200, body = TopicStats), (status = 400), (status = 401), (status = 403), (status = 503)))]
+pub async fn put(
+    state: web::Data<AdminState>,
+    caller: Caller,
+    topic: web::Path<String>,
+    body: web::Json<TopicSettings>,
+) -> ApiResult<HttpResponse> {
+    valid_topic(&topic)?;
+    if body.maxlen.is_some_and(|m| m <= 0) {
+        return Err(ApiError::BadRequest(
+            "maxlen must be positive or null".into(),
+        ));
+    }
+    let mut conn = state.pool.get().await?;
+    topics::set_settings(&mut conn, &topic, body.paused, body.maxlen, &caller.who).await?;
+    if !body.paused {
+        wake_claimer(&state);
+    }
+    Ok(HttpResponse::Ok().json(one(&state, &topic).await?))
+}
+
+/// The pause state of a topic after pause or resume.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PauseState {
+    /// The topic.
+    pub topic: String,
+    /// Paused now.
+    pub paused: bool,
+}
+
+async fn set_paused(
+    state: &AdminState,
+    caller: &Caller,
+    topic: String,
+    paused: bool,
+) -> ApiResult<HttpResponse> {
+    valid_topic(&topic)?;
+    let mut conn = state.pool.get().await?;
+    // Returns once in-flight batches of the topic have committed: after a 200 to a pause,
+    // no replica publishes the topic.
+    topics::set_paused(&mut conn, &topic, paused, &caller.who).await?;
+    if !paused {
+        wake_claimer(state);
+    }
+    Ok(HttpResponse::Ok().json(PauseState { topic, paused }))
+}
+
+/// Pauses a topic (also one with no events yet): no replica publishes it until resumed.
+#[utoipa::path(post, path = "/api/v1/topics/{topic}/pause", tag = "topics",
+    params(("topic" = String, Path, description = "the topic ('/' as %2F)")),
+    responses((status = 200, body = PauseState), (status = 400), (status = 401), (status = 403), (status = 503)))]
+pub async fn pause(
+    state: web::Data<AdminState>,
+    caller: Caller,
+    topic: web::Path<String>,
+) -> ApiResult<HttpResponse> {
+    set_paused(&state, &caller, topic.into_inner(), true).await
+}
+
+/// Resumes a topic; its backlog flows at once.
+#[utoipa::path(post, path = "/api/v1/topics/{topic}/resume", tag = "topics",
+    params(("topic" = String, Path, description = "the topic ('/' as %2F)")),
+    responses((status = 200, body = PauseState), (status = 400), (status = 401), (status = 403), (status = 503)))]
+pub async fn resume(
+    state: web::Data<AdminState>,
+    caller: Caller,
+    topic: web::Path<String>,
+) -> ApiResult<HttpResponse> {
+    set_paused(&state, &caller, topic.into_inner(), false).await
+}

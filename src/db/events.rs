@@ -1,0 +1,258 @@
+//! Read-only SQL of `outbox` for the admin: event lists by keyset, one event, a key's
+//! timeline, and the counts behind `/api/v1/stats`.
+//!
+//! Lists walk `seq` downwards (newest first) from a cursor, never with OFFSET, on the
+//! indexes of migration 4, so a page costs the same on the first and the millionth row.
+
+use chrono::{DateTime, Utc};
+use diesel::pg::Pg;
+use diesel::sql_types::{BigInt, Bool, Double, Integer, Jsonb, Nullable, Text, Timestamptz};
+use diesel::QueryableByName;
+use diesel_async::{AsyncPgConnection, RunQueryDsl};
+use uuid::Uuid;
+
+use super::DbError;
+
+/// One event as the admin shows it.
+#[derive(Debug, Clone, QueryableByName)]
+pub struct EventRow {
+    /// The event id.
+    #[diesel(sql_type = diesel::sql_types::Uuid)]
+    pub id: Uuid,
+    /// Insertion order: the keyset cursor of lists.
+    #[diesel(sql_type = BigInt)]
+    pub seq: i64,
+    /// Routing name.
+    #[diesel(sql_type = Text)]
+    pub topic: String,
+    /// Ordering key.
+    #[diesel(sql_type = Nullable<Text>)]
+    pub partition_key: Option<String>,
+    /// The body.
+    #[diesel(sql_type = Jsonb)]
+    pub payload: serde_json::Value,
+    /// Metadata passed through.
+    #[diesel(sql_type = Nullable<Jsonb>)]
+    pub headers: Option<serde_json::Value>,
+    /// When the producer wrote it.
+    #[diesel(sql_type = Timestamptz)]
+    pub created_at: DateTime<Utc>,
+    /// Not published before this time.
+    #[diesel(sql_type = Timestamptz)]
+    pub available_at: DateTime<Utc>,
+    /// When it reached its stream.
+    #[diesel(sql_type = Nullable<Timestamptz>)]
+    pub published_at: Option<DateTime<Utc>>,
+    /// Failed attempts so far.
+    #[diesel(sql_type = Integer)]
+    pub attempts: i32,
+    /// The last failure.
+    #[diesel(sql_type = Nullable<Text>)]
+    pub last_error: Option<String>,
+    /// When it was dead-lettered.
+    #[diesel(sql_type = Nullable<Timestamptz>)]
+    pub dead_at: Option<DateTime<Utc>>,
+    /// When an operator discarded it (never retried, deleted by retention).
+    #[diesel(sql_type = Nullable<Timestamptz>)]
+    pub discarded_at: Option<DateTime<Utc>>,
+}
+
+const EVENT_COLUMNS: &str = "id, seq, topic, partition_key, payload, headers, created_at, \
+     available_at, published_at, attempts, last_error, dead_at, discarded_at";
+
+/// Which rows a list shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    /// Not yet published, not dead.
+    Pending,
+    /// In its stream.
+    Published,
+    /// Dead-lettered and not discarded.
+    Dead,
+    /// Dead-lettered and discarded.
+    Discarded,
+}
+
+impl Status {
+    /// The SQL condition; each matches a partial or full index of the table.
+    pub(crate) fn condition(self) -> &'static str {
+        match self {
+            Status::Pending => "published_at IS NULL AND dead_at IS NULL",
+            Status::Published => "published_at IS NOT NULL",
+            Status::Dead => "dead_at IS NOT NULL AND discarded_at IS NULL",
+            Status::Discarded => "discarded_at IS NOT NULL",
+        }
+    }
+}
+
+/// The filters of an event list.
+#[derive(Debug, Clone, Default)]
+pub struct EventFilter {
+    /// Only rows of this status (all when `None`).
+    pub status: Option<Status>,
+    /// Only this topic.
+    pub topic: Option<String>,
+    /// Only this partition key.
+    pub partition_key: Option<String>,
+}
+
+/// Up to `limit` events matching `filter` with `seq` below `before`, newest first.
+pub async fn list(
+    conn: &mut AsyncPgConnection,
+    filter: &EventFilter,
+    before: Option<i64>,
+    limit: i64,
+) -> Result<Vec<EventRow>, DbError> {
+    // Only the filters present become SQL, so the planner sees plain conditions that match
+    // an index (`topic = $1 ... ORDER BY seq DESC` walks outbox_topic_seq_idx).
+    let mut conditions: Vec<String> =
+        vec![filter.status.map_or("TRUE", Status::condition).to_string()];
+    let mut n = 0;
+    let mut param = || {
+        n += 1;
+        n
+    };
+    if filter.topic.is_some() {
+        conditions.push(format!("topic = ${}", param()));
+    }
+    if filter.partition_key.is_some() {
+        conditions.push(format!("partition_key = ${}", param()));
+    }
+    if before.is_some() {
+        conditions.push(format!("seq < ${}", param()));
+    }
+    let limit_param = param();
+    let sql = format!(
+        "SELECT {EVENT_COLUMNS} FROM outbox WHERE {} ORDER BY seq DESC LIMIT ${limit_param}",
+        conditions.join(" AND ")
+    );
+    let mut query = diesel::sql_query(sql).into_boxed::<Pg>();
+    if let Some(topic) = &filter.topic {
+        query = query.bind::<Text, _>(topic.clone());
+    }
+    if let Some(key) = &filter.partition_key {
+        query = query.bind::<Text, _>(key.clone());
+    }
+    if let Some(before) = before {
+        query = query.bind::<BigInt, _>(before);
+    }
+    Ok(query.bind::<BigInt, _>(limit).load(conn).await?)
+}
+
+/// One event by id.
+pub async fn get(conn: &mut AsyncPgConnection, id: Uuid) -> Result<Option<EventRow>, DbError> {
+    let mut rows: Vec<EventRow> =
+        diesel::sql_query(format!("SELECT {EVENT_COLUMNS} FROM outbox WHERE id = $1"))
+            .bind::<diesel::sql_types::Uuid, _>(id)
+            .load(conn)
+            .await?;
+    Ok(rows.pop())
+}
+
+/// Up to `limit` events of the same topic and key right before (`earlier`, newest first) or
+/// right after (`!earlier`, oldest first) the event at `seq`.
+pub async fn neighbours(
+    conn: &mut AsyncPgConnection,
+    topic: &str,
+    partition_key: &str,
+    seq: i64,
+    earlier: bool,
+    limit: i64,
+) -> Result<Vec<EventRow>, DbError> {
+    let (cmp, order) = if earlier { ("<", "DESC") } else { (">", "ASC") };
+    Ok(diesel::sql_query(format!(
+        "SELECT {EVENT_COLUMNS} FROM outbox
+         WHERE partition_key = $1 AND topic = $2 AND seq {cmp} $3
+         ORDER BY seq {order} LIMIT $4"
+    ))
+    .bind::<Text, _>(partition_key)
+    .bind::<Text, _>(topic)
+    .bind::<BigInt, _>(seq)
+    .bind::<BigInt, _>(limit)
+    .load(conn)
+    .await?)
+}
+
+/// The counts of one topic, and its settings.
+#[derive(Debug, Clone, QueryableByName)]
+pub struct TopicCounts {
+    /// The topic.
+    #[diesel(sql_type = Text)]
+    pub topic: String,
+    /// Pending events.
+    #[diesel(sql_type = BigInt)]
+    pub pending: i64,
+    /// Published events still in the table (retention deletes older ones).
+    #[diesel(sql_type = BigInt)]
+    pub published: i64,
+    /// Dead letters not discarded.
+    #[diesel(sql_type = BigInt)]
+    pub dead: i64,
+    /// Discarded dead letters not yet deleted by retention.
+    #[diesel(sql_type = BigInt)]
+    pub discarded: i64,
+    /// Paused by an operator.
+    #[diesel(sql_type = Bool)]
+    pub paused: bool,
+    /// The topic's stream trimming, if set.
+    #[diesel(sql_type = Nullable<BigInt>)]
+    pub maxlen: Option<i64>,
+}
+
+/// Counts per topic: every topic that has rows or settings (`only` narrows it to one).
+/// This scans the table once; it is meant for a person's dashboard, not a tight loop.
+pub async fn topic_counts(
+    conn: &mut AsyncPgConnection,
+    only: Option<&str>,
+) -> Result<Vec<TopicCounts>, DbError> {
+    Ok(diesel::sql_query(
+        "WITH per AS (
+             SELECT topic,
+                    count(*) FILTER (WHERE published_at IS NULL AND dead_at IS NULL) AS pending,
+                    count(*) FILTER (WHERE published_at IS NOT NULL) AS published,
+                    count(*) FILTER (WHERE dead_at IS NOT NULL AND discarded_at IS NULL) AS dead,
+                    count(*) FILTER (WHERE discarded_at IS NOT NULL) AS discarded
+             FROM outbox WHERE $1::text IS NULL OR topic = $1 GROUP BY topic),
+         settings AS (SELECT * FROM outbox_topics WHERE $1::text IS NULL OR topic = $1)
+         SELECT coalesce(per.topic, s.topic) AS topic,
+                coalesce(per.pending, 0) AS pending, coalesce(per.published, 0) AS published,
+                coalesce(per.dead, 0) AS dead, coalesce(per.discarded, 0) AS discarded,
+                coalesce(s.paused, false) AS paused, s.maxlen
+         FROM per FULL JOIN settings s ON s.topic = per.topic
+         ORDER BY 1",
+    )
+    .bind::<Nullable<Text>, _>(only)
+    .load(conn)
+    .await?)
+}
+
+/// Pending events locked or being changed by an open transaction right now (a relay's
+/// claim), and the age of the oldest pending event.
+#[derive(Debug, Clone, QueryableByName)]
+pub struct Flight {
+    /// Pending rows whose `xmax` is a transaction still in progress.
+    #[diesel(sql_type = BigInt)]
+    pub in_flight: i64,
+    /// Seconds since the oldest pending event was created (0 when none).
+    #[diesel(sql_type = Double)]
+    pub oldest_pending_age_seconds: f64,
+}
+
+/// Reads [`Flight`]. A row lock (`FOR UPDATE`) writes the locker's transaction id into the
+/// row's `xmax`; it counts while that transaction is in progress (in the snapshot's xip
+/// list). This locks nothing, so it never slows the relays down.
+pub async fn flight(conn: &mut AsyncPgConnection) -> Result<Flight, DbError> {
+    Ok(diesel::sql_query(
+        "SELECT
+           (SELECT count(*) FROM outbox
+            WHERE published_at IS NULL AND dead_at IS NULL AND xmax <> '0'::xid
+              AND xmax::text::bigint IN (
+                  SELECT x::text::bigint % 4294967296
+                  FROM pg_snapshot_xip(pg_current_snapshot()) AS x)) AS in_flight,
+           COALESCE((SELECT extract(epoch FROM now() - created_at)::float8 FROM outbox
+                     WHERE published_at IS NULL AND dead_at IS NULL
+                     ORDER BY seq LIMIT 1), 0) AS oldest_pending_age_seconds",
+    )
+    .get_result(conn)
+    .await?)
+}
