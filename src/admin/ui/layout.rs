@@ -36,7 +36,7 @@ const NAV: &[(Nav, &str, &str)] = &[
     (Nav::Audit, "/audit", "Audit"),
 ];
 
-/// Headers of every HTML answer: no framing, no sniffing, no referrer, scripts only from
+/// Headers of every HTML answer: no framing, no sniffing, no referrer to other sites, scripts only from
 /// this server (htmx), so even a rendering bug could not run an injected script.
 pub fn secure_headers(res: &mut HttpResponseBuilder) {
     res.insert_header((
@@ -45,7 +45,7 @@ pub fn secure_headers(res: &mut HttpResponseBuilder) {
          frame-ancestors 'none'; form-action 'self'; base-uri 'none'",
     ))
     .insert_header(("X-Content-Type-Options", "nosniff"))
-    .insert_header(("Referrer-Policy", "no-referrer"))
+    .insert_header(("Referrer-Policy", "same-origin"))
     .insert_header(("X-Frame-Options", "DENY"))
     .insert_header(("Cache-Control", "no-store"));
 }

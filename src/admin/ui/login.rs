@@ -100,9 +100,14 @@ pub async fn page(
     html_response(StatusCode::OK, form(&next, None))
 }
 
-/// True when the browser says the form came from another site (login CSRF).
+/// True when the browser says the form came from another site (login CSRF): by
+/// `Sec-Fetch-Site` where the browser sends it, else by a mismatched `Origin`.
 fn cross_site(req: &HttpRequest) -> bool {
-    let Some(origin) = req.headers().get("origin").and_then(|o| o.to_str().ok()) else {
+    let header = |name: &str| req.headers().get(name).and_then(|v| v.to_str().ok());
+    if let Some(site) = header("sec-fetch-site") {
+        return !matches!(site, "same-origin" | "none");
+    }
+    let Some(origin) = header("origin").filter(|o| *o != "null") else {
         return false;
     };
     let host = req.connection_info().host().to_string();

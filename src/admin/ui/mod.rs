@@ -9,16 +9,21 @@ pub mod assets;
 pub mod layout;
 pub mod login;
 pub mod overview;
+pub mod replicas;
 pub mod session;
+pub mod streams;
 
 use actix_web::http::{header, StatusCode};
 use actix_web::{web, HttpRequest, HttpResponse, ResponseError};
 
+use crate::admin::AdminState;
 use crate::db::DbError;
 
 /// Every route of the UI.
 pub fn routes(cfg: &mut web::ServiceConfig) {
     cfg.route("/", web::get().to(overview::page))
+        .route("/streams", web::get().to(streams::page))
+        .route("/replicas", web::get().to(replicas::page))
         .route("/login", web::get().to(login::page))
         .route("/login", web::post().to(login::submit))
         .route("/logout", web::post().to(login::logout))
@@ -97,6 +102,11 @@ impl ResponseError for UiError {
         res.content_type("text/html; charset=utf-8")
             .body(layout::error_page(self.status_code(), &self.to_string()).into_string())
     }
+}
+
+/// A pooled connection, or the outage as a [`UiError`].
+pub async fn conn(state: &AdminState) -> Result<crate::db::PooledConn<'_>, UiError> {
+    Ok(state.pool.get().await.map_err(DbError::from)?)
 }
 
 /// A redirect after a POST (303, so the browser follows with GET).
