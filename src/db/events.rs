@@ -239,16 +239,17 @@ pub struct Flight {
 }
 
 /// Reads [`Flight`]. A row lock (`FOR UPDATE`) writes the locker's transaction id into the
-/// row's `xmax`; it counts while that transaction is in progress (in the snapshot's xip
-/// list). This locks nothing, so it never slows the relays down.
+/// row's `xmax`, where it stays after the transaction ends; a row counts while that id is
+/// the `backend_xid` of a session that is open now. This locks nothing, so it never slows
+/// the relays down. It sees the sessions of the relay's own database role (all of them for
+/// a superuser or `pg_read_all_stats`), which are the relays' claim transactions.
 pub async fn flight(conn: &mut AsyncPgConnection) -> Result<Flight, DbError> {
     Ok(diesel::sql_query(
         "SELECT
            (SELECT count(*) FROM outbox
             WHERE published_at IS NULL AND dead_at IS NULL AND xmax <> '0'::xid
-              AND xmax::text::bigint IN (
-                  SELECT x::text::bigint % 4294967296
-                  FROM pg_snapshot_xip(pg_current_snapshot()) AS x)) AS in_flight,
+              AND xmax = ANY (ARRAY(SELECT backend_xid FROM pg_stat_activity
+                                    WHERE backend_xid IS NOT NULL))) AS in_flight,
            COALESCE((SELECT extract(epoch FROM now() - created_at)::float8 FROM outbox
                      WHERE published_at IS NULL AND dead_at IS NULL
                      ORDER BY seq LIMIT 1), 0) AS oldest_pending_age_seconds",

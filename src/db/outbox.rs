@@ -253,27 +253,29 @@ pub async fn delete_published_before(
     }
     // One statement: the lock is taken first (the CTE is materialized), and only the
     // holder's DELETE touches rows. SKIP LOCKED keeps it clear of anything else's locks.
-    let row: Deleted = diesel::sql_query(
+    // Published rows and discarded dead letters age the same way, each from its own
+    // timestamp (and partial index).
+    let doomed = |column: &str| {
+        format!(
+            "SELECT o.id FROM outbox o, lock
+             WHERE lock.locked AND o.{column} IS NOT NULL
+               AND o.{column} < now() - $2 * interval '1 millisecond'
+             ORDER BY o.{column}
+             LIMIT $3
+             FOR UPDATE OF o SKIP LOCKED"
+        )
+    };
+    let row: Deleted = diesel::sql_query(format!(
         "WITH lock AS MATERIALIZED (SELECT pg_try_advisory_xact_lock($1) AS locked),
-         published AS (
-             SELECT o.id FROM outbox o, lock
-             WHERE lock.locked AND o.published_at IS NOT NULL
-               AND o.published_at < now() - $2 * interval '1 millisecond'
-             ORDER BY o.published_at
-             LIMIT $3
-             FOR UPDATE OF o SKIP LOCKED),
-         discarded AS (
-             SELECT o.id FROM outbox o, lock
-             WHERE lock.locked AND o.discarded_at IS NOT NULL
-               AND o.discarded_at < now() - $2 * interval '1 millisecond'
-             ORDER BY o.discarded_at
-             LIMIT $3
-             FOR UPDATE OF o SKIP LOCKED),
+         published AS ({}),
+         discarded AS ({}),
          gone AS (DELETE FROM outbox
                   WHERE id IN (SELECT id FROM published UNION ALL SELECT id FROM discarded)
                   RETURNING 1)
          SELECT (SELECT locked FROM lock) AS locked, (SELECT count(*) FROM gone) AS deleted",
-    )
+        doomed("published_at"),
+        doomed("discarded_at")
+    ))
     .bind::<BigInt, _>(RETENTION_LOCK)
     .bind::<BigInt, _>(older_than_ms)
     .bind::<BigInt, _>(limit)

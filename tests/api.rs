@@ -1,0 +1,14 @@
+//! The admin JSON API (`/api/v1`) end to end, on a real relay process with tokens set:
+//! auth, input validation, keyset pagination, idempotent enqueue, dead-letter steering that
+//! really reaches Redis, pause and resume, audit, stats, and the OpenAPI document.
+
+mod common;
+
+#[path = "api/client.rs"]
+mod client;
+#[path = "api/contract.rs"]
+mod contract;
+#[path = "api/steering.rs"]
+mod steering;
+#[path = "api/validation.rs"]
+mod validation;
