@@ -162,6 +162,11 @@ pub fn action_button(session: &Session, action: &str, label: &str, class: &str) 
     }
 }
 
+/// `s` encoded for a URL query value or path segment (topics may hold `&`, `?`, `#`, `/`).
+pub fn enc(s: &str) -> String {
+    url::form_urlencoded::byte_serialize(s.as_bytes()).collect()
+}
+
 /// `12 345` style counts: thin spaces read well in both locales on-call people use.
 pub fn count(n: i64) -> String {
     let digits = n.unsigned_abs().to_string();

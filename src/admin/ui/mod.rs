@@ -6,6 +6,9 @@
 //! reload never repeats an action.
 
 pub mod assets;
+pub mod audit;
+pub mod dead;
+pub mod events;
 pub mod layout;
 pub mod login;
 pub mod overview;
@@ -22,6 +25,13 @@ use crate::db::DbError;
 /// Every route of the UI.
 pub fn routes(cfg: &mut web::ServiceConfig) {
     cfg.route("/", web::get().to(overview::page))
+        .route("/events", web::get().to(events::list))
+        .route("/events/{id}", web::get().to(events::detail))
+        .route("/dead", web::get().to(dead::page))
+        .route("/dead/confirm", web::get().to(dead::confirm))
+        .route("/dead/apply", web::post().to(dead::apply))
+        .route("/audit", web::get().to(audit::page))
+        .route("/topics/{topic}/{action}", web::post().to(overview::steer))
         .route("/streams", web::get().to(streams::page))
         .route("/replicas", web::get().to(replicas::page))
         .route("/login", web::get().to(login::page))

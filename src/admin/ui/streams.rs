@@ -50,7 +50,7 @@ fn tables(streams: &[StreamInfo]) -> Markup {
                 tbody {
                     @for s in streams {
                         tr {
-                            td { a href={ "/events?topic=" (s.topic) } { (s.topic) } }
+                            td { a href={ "/events?topic=" (layout::enc(&s.topic)) } { (s.topic) } }
                             td.hide-sm { code { (s.key) } }
                             td { (kind(s)) }
                             td.num { (layout::count(s.length as i64)) }
