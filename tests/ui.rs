@@ -3,6 +3,8 @@
 //! cookie attributes, redirects, and refusals of forged POSTs.
 #![allow(unreachable_pub)]
 
+#[path = "ui/action_tests.rs"]
+mod action_tests;
 #[path = "ui/browser.rs"]
 mod browser;
 mod common;

@@ -1,5 +1,5 @@
 //! Login, sessions and the refusals around them; [`Ui`] starts the relay every UI test uses.
-#![allow(dead_code)]
+#![allow(dead_code, unreachable_pub)]
 
 use std::time::Duration;
 
