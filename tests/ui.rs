@@ -12,3 +12,5 @@ mod common;
 mod http;
 #[path = "ui/login_tests.rs"]
 mod login_tests;
+#[path = "ui/screenshots.rs"]
+mod screenshots;

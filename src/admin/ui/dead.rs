@@ -109,7 +109,7 @@ impl Target {
         s.finish()
     }
 
-    /// A person's description of what it matches.
+    /// What it matches, for a person: empty for everything, else ` where topic = ...`.
     fn describe(&self) -> Markup {
         let parts: Vec<(&str, &String)> = [
             ("topic", &self.topic),
@@ -121,8 +121,8 @@ impl Target {
         .filter(|(_, v)| !v.is_empty())
         .collect();
         html! {
-            @if parts.is_empty() { "every dead letter" } @else {
-                "dead letters where "
+            @if !parts.is_empty() {
+                " where "
                 @for (i, (k, v)) in parts.iter().enumerate() {
                     @if i > 0 { " and " }
                     (k) " = " code { (v) }
@@ -175,7 +175,7 @@ pub async fn page(
         }
         div #live hx-get={ "/dead?" (t.query(None)) } hx-trigger="every 5s" hx-select="#live" hx-swap="outerHTML" {
             div.actions {
-                span { strong #dead-total { (layout::count(total)) } " " (t.describe()) }
+                span { strong #dead-total { (layout::count(total)) } " dead letter(s)" (t.describe()) }
                 @if can && total > 0 {
                     a.button.primary href={ "/dead/confirm?" (t.query(Some("retry"))) } { "Retry all matching…" }
                     a.button href={ "/dead/confirm?" (t.query(Some("discard"))) } { "Discard all matching…" }
@@ -191,7 +191,7 @@ pub async fn page(
                             td.num { strong { (layout::count(g.count)) } }
                             td.err { (g.example) }
                             td { (g.topics.join(", ")) }
-                            td.hide-sm { (layout::time(&g.last_dead_at)) }
+                            td.hide-sm { (layout::ago(&g.last_dead_at)) }
                             td { div.actions {
                                 a href={ "/dead?" (group.query(None)) } { "Show" }
                                 @if can {
@@ -248,7 +248,7 @@ pub async fn confirm(
     };
     let content = html! {
         div.panel.confirm {
-            p #dry-run { (verb) " " strong #confirm-count { (count) } " dead letter(s): " (what) "?" }
+            p #dry-run { (verb) " " strong #confirm-count { (count) } " dead letter(s)" (what) "?" }
             @if action == DeadAction::Retry {
                 p.muted { "They are requeued (attempts 0) and published now, after the events already waiting on their keys." }
             } @else {

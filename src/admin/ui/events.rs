@@ -50,7 +50,7 @@ fn status_of(e: &EventRow) -> (&'static str, &'static str) {
 /// The status pill of an event.
 pub fn pill(e: &EventRow) -> Markup {
     let (label, class) = status_of(e);
-    html! { span.pill class=(class) { (label) } }
+    html! { span class={ "pill " (class) } { (label) } }
 }
 
 fn parse_status(s: &str) -> Result<Option<Status>, UiError> {
@@ -81,7 +81,7 @@ pub fn table(rows: &[EventRow], current: Option<Uuid>, empty: &str) -> Markup {
                             td { @if let Some(k) = &e.partition_key { code { (k) } } @else { span.muted { "–" } } }
                             td { (pill(e)) }
                             td.num { (e.attempts) }
-                            td { (layout::time(&e.created_at)) }
+                            td { (layout::ago(&e.created_at)) }
                             td.err.hide-sm { (e.last_error.as_deref().unwrap_or("")) }
                         }
                     }

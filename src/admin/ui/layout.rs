@@ -88,7 +88,7 @@ pub fn page(
                             }
                         }
                         div.who {
-                            span.badge class=(session.role_label()) title="your role" { (session.role_label()) }
+                            span class={ "badge " (session.role_label()) } title="your role" { (session.role_label()) }
                             @if !session.open {
                                 form method="post" action="/logout" {
                                     input type="hidden" name="csrf" value=(session.csrf);
@@ -202,6 +202,16 @@ pub fn time(t: &DateTime<Utc>) -> Markup {
         time datetime=(t.to_rfc3339()) title=(t.to_rfc3339()) {
             (t.format("%Y-%m-%d %H:%M:%S")) " "
             span.muted { "(" (age(ago)) " ago)" }
+        }
+    }
+}
+
+/// A compact age for tables, e.g. `3m 5s ago`; the full time is in the tooltip.
+pub fn ago(t: &DateTime<Utc>) -> Markup {
+    let ago = (Utc::now() - *t).num_milliseconds() as f64 / 1000.0;
+    html! {
+        time datetime=(t.to_rfc3339()) title=(t.format("%Y-%m-%d %H:%M:%S UTC").to_string()) {
+            (age(ago)) " ago"
         }
     }
 }

@@ -49,7 +49,7 @@ fn chart(title: &str, counts: &[u64], class: &str) -> Markup {
 }
 
 fn card(id: &str, label: &str, value: String, class: &str) -> Markup {
-    html! { div.card class=(class) { div.label { (label) } div.value #(id) { (value) } } }
+    html! { div class={ "card " (class) } { div.label { (label) } div.value #(id) { (value) } } }
 }
 
 /// The cluster's last hour: the sum of every live replica's report.
