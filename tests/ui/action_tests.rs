@@ -31,6 +31,14 @@ pub async fn dead_event(ui: &Ui, topic: &str, payload_sql: &str, error: &str) ->
     row.id
 }
 
+/// No topic paused, the one dead event still dead: a refused post changed nothing.
+async fn assert_unchanged(ui: &Ui) {
+    let paused = "SELECT count(*) FROM outbox_topics WHERE paused";
+    assert_eq!(ui.db.scalar(paused).await, 0);
+    let dead = "SELECT count(*) FROM outbox WHERE dead_at IS NOT NULL";
+    assert_eq!(ui.db.scalar(dead).await, 1);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_overview_counters_match_the_database() {
     let ui = Ui::start(&[]).await;
@@ -225,18 +233,7 @@ async fn a_read_only_login_sees_no_action_buttons_and_a_forged_post_gets_403() {
         http::post(port, "/dead/apply", Some(&cookie), &body).status,
         403
     );
-    assert_eq!(
-        ui.db
-            .scalar("SELECT count(*) FROM outbox_topics WHERE paused")
-            .await,
-        0
-    );
-    assert_eq!(
-        ui.db
-            .scalar("SELECT count(*) FROM outbox WHERE dead_at IS NOT NULL")
-            .await,
-        1
-    );
+    assert_unchanged(&ui).await;
     assert_eq!(ui.db.scalar("SELECT count(*) FROM outbox_audit").await, 0);
 }
 
@@ -258,18 +255,7 @@ async fn state_changing_posts_without_the_csrf_token_are_refused() {
         let res = http::post(port, path, Some(&cookie), &body);
         assert_eq!(res.status, 403, "{path} {body}");
     }
-    assert_eq!(
-        ui.db
-            .scalar("SELECT count(*) FROM outbox_topics WHERE paused")
-            .await,
-        0
-    );
-    assert_eq!(
-        ui.db
-            .scalar("SELECT count(*) FROM outbox WHERE dead_at IS NOT NULL")
-            .await,
-        1
-    );
+    assert_unchanged(&ui).await;
     // The same posts with the token work.
     let res = http::post(
         port,
