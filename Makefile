@@ -3,7 +3,7 @@ SHELL := /bin/bash
 PG_HOST ?= 127.0.0.1
 REDIS_PORT ?= 6379
 
-.PHONY: help services build demo test bench lint fmt clean
+.PHONY: help services browser build demo test test-ui screenshots bench lint fmt clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -11,15 +11,24 @@ help: ## list the targets
 services: ## make sure Postgres (5432) and Redis (6379) run locally: start them, or install them with apt
 	@bash scripts/services.sh
 
+browser: ## make sure headless Chromium and chromedriver (the UI tests' browser) are installed, with apt if absent
+	@bash scripts/browser.sh
+
 build: ## compile the binary (debug)
 	cargo build
 
 demo: services ## run the product on local defaults: its own database, sample events, admin at http://127.0.0.1:8080
 	cargo run --quiet -- demo
 
-test: services ## run every test against the local Postgres and Redis
+test: services browser ## run every test against the local Postgres and Redis (UI tests in headless Chromium)
 	cargo build --all-targets
 	cargo test --no-fail-fast -- --test-threads=4
+
+test-ui: services browser ## only the web UI tests (tests/ui.rs)
+	cargo test --test ui
+
+screenshots: services browser ## retake docs/screenshots/*.png of every UI page
+	cargo test --test ui -- --ignored screenshots
 
 bench: services ## measure speed (release build): drain, latency, replicas, hot key, references; JSON in bench-results/
 	cargo run --release --quiet -- bench $(BENCH_ARGS)

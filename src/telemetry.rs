@@ -63,6 +63,8 @@ pub fn cycle_done(report: &CycleReport) {
         return;
     }
     histogram!("outbox_publish_duration_seconds").record(report.elapsed.as_secs_f64());
+    let published: u64 = report.published.values().sum();
+    crate::relay::throughput::GLOBAL.record(published, 0);
     for (topic, n) in &report.published {
         counter!("outbox_events_published_total", "topic" => topic.clone()).increment(*n);
     }
@@ -98,12 +100,14 @@ pub fn outage_over(streak: u32) {
 /// An event failed through its own fault and will be retried.
 pub fn event_failed(id: &Uuid, error: &str, delay: Duration) {
     counter!("outbox_events_failed_total").increment(1);
+    crate::relay::throughput::GLOBAL.record(0, 1);
     tracing::warn!(event = %id, retry_in_ms = delay.as_millis() as u64, "publish failed: {error}");
 }
 
 /// An event was dead-lettered.
 pub fn event_dead(id: &Uuid, error: &str) {
     counter!("outbox_events_dead_lettered_total").increment(1);
+    crate::relay::throughput::GLOBAL.record(0, 1);
     tracing::error!(event = %id, "event dead-lettered: {error}");
 }
 

@@ -83,6 +83,27 @@ impl Tokens {
     }
 }
 
+impl Tokens {
+    /// The key that signs UI session cookies. Derived from the configured tokens, so every
+    /// replica given the same tokens accepts the same cookies (no session table), and
+    /// changing either token ends every session. With no token the UI is open and served on
+    /// loopback only: the key is random per process, which is enough for the CSRF check.
+    pub fn session_key(&self) -> [u8; 32] {
+        use hmac::{KeyInit, Mac};
+        static OPEN_KEY: std::sync::OnceLock<[u8; 32]> = std::sync::OnceLock::new();
+        let Some(admin) = &self.admin else {
+            return *OPEN_KEY.get_or_init(rand::random);
+        };
+        let Ok(mut mac) = <hmac::Hmac<sha2::Sha256> as KeyInit>::new_from_slice(admin) else {
+            // HMAC takes keys of any length; this branch is unreachable in practice.
+            return *OPEN_KEY.get_or_init(rand::random);
+        };
+        mac.update(b"outbox-relay ui session v1\0");
+        mac.update(self.read_only.as_deref().unwrap_or_default());
+        mac.finalize().into_bytes().into()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -53,14 +53,3 @@ pub async fn metrics(state: web::Data<AdminState>) -> HttpResponse {
         .content_type("text/plain; version=0.0.4")
         .body(body)
 }
-
-/// A plain index of what the server offers, until the web UI lands.
-pub async fn index() -> HttpResponse {
-    HttpResponse::Ok()
-        .content_type("text/html; charset=utf-8")
-        .body(
-            "<!doctype html><title>outbox-relay</title><h1>outbox-relay</h1><ul>\
-         <li><a href=\"/healthz\">/healthz</a></li><li><a href=\"/readyz\">/readyz</a></li>\
-         <li><a href=\"/metrics\">/metrics</a></li></ul>",
-        )
-}

@@ -1,10 +1,12 @@
-//! The admin HTTP server (actix-web): health, metrics, the JSON API (`api`), and (later) the web UI.
+//! The admin HTTP server (actix-web): health, metrics, the JSON API (`api`) and the web UI
+//! (`ui`). Both call the same `crate::db` functions; only their transport differs.
 //! [`routes`] lists every route in one place.
 
 pub mod api;
 pub mod auth;
 pub mod caller;
 pub mod health;
+pub mod ui;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -43,11 +45,11 @@ pub struct AdminState {
 
 /// Every route of the admin server.
 pub fn routes(cfg: &mut web::ServiceConfig) {
-    cfg.route("/", web::get().to(health::index))
-        .route("/healthz", web::get().to(health::healthz))
+    cfg.route("/healthz", web::get().to(health::healthz))
         .route("/readyz", web::get().to(health::readyz))
         .route("/metrics", web::get().to(health::metrics))
-        .configure(api::routes);
+        .configure(api::routes)
+        .configure(ui::routes);
 }
 
 /// Binds the server; it runs until its handle is stopped (signals are handled by the app).

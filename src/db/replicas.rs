@@ -1,7 +1,7 @@
 //! All SQL of `outbox_replicas`: heartbeats of the running relays.
 
 use chrono::{DateTime, Utc};
-use diesel::sql_types::{BigInt, Text, Timestamptz};
+use diesel::sql_types::{BigInt, Jsonb, Text, Timestamptz};
 use diesel::QueryableByName;
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use serde::Serialize;
@@ -23,6 +23,12 @@ pub struct Replica {
     /// Its last heartbeat.
     #[diesel(sql_type = Timestamptz)]
     pub last_seen_at: DateTime<Utc>,
+    /// Events it published in the 60 s before its last heartbeat.
+    #[diesel(sql_type = BigInt)]
+    pub published_last_minute: i64,
+    /// Its per-minute counts of the last hour (see `relay::throughput::Minutes`).
+    #[diesel(sql_type = Jsonb)]
+    pub throughput: serde_json::Value,
 }
 
 /// Writes this replica's heartbeat.
@@ -41,6 +47,25 @@ pub async fn beat(
     .bind::<Text, _>(instance_id)
     .bind::<Text, _>(version)
     .bind::<Timestamptz, _>(started_at)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Records this replica's throughput (after its heartbeat in the same tick).
+pub async fn report_throughput(
+    conn: &mut AsyncPgConnection,
+    instance_id: &str,
+    published_last_minute: i64,
+    throughput: &serde_json::Value,
+) -> Result<(), DbError> {
+    diesel::sql_query(
+        "UPDATE outbox_replicas SET published_last_minute = $2, throughput = $3
+         WHERE instance_id = $1",
+    )
+    .bind::<Text, _>(instance_id)
+    .bind::<BigInt, _>(published_last_minute)
+    .bind::<Jsonb, _>(throughput)
     .execute(conn)
     .await?;
     Ok(())
@@ -69,7 +94,8 @@ pub async fn prune(conn: &mut AsyncPgConnection, stale_ms: i64) -> Result<(), Db
 /// Replicas whose last heartbeat is newer than `alive_ms`.
 pub async fn alive(conn: &mut AsyncPgConnection, alive_ms: i64) -> Result<Vec<Replica>, DbError> {
     Ok(diesel::sql_query(
-        "SELECT instance_id, version, started_at, last_seen_at FROM outbox_replicas
+        "SELECT instance_id, version, started_at, last_seen_at, published_last_minute, throughput
+         FROM outbox_replicas
          WHERE last_seen_at >= now() - $1 * interval '1 millisecond'
          ORDER BY instance_id",
     )

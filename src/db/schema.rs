@@ -25,6 +25,8 @@ diesel::table! {
         version -> Text,
         started_at -> Timestamptz,
         last_seen_at -> Timestamptz,
+        published_last_minute -> Int8,
+        throughput -> Jsonb,
     }
 }
 

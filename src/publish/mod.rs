@@ -7,6 +7,7 @@
 //! timeout, LOADING) fails the whole call with [`PublishError::Outage`].
 
 pub mod classify;
+pub mod inspect;
 pub mod keys;
 pub mod script;
 

@@ -1,5 +1,6 @@
 //! Heartbeats: each replica upserts its row in `outbox_replicas` so the admin can list the
-//! replicas alive now; rows silent for ten intervals are pruned by whoever beats next.
+//! replicas alive now, with this replica's throughput (`throughput::GLOBAL`); rows silent
+//! for ten intervals are pruned by whoever beats next.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -55,6 +56,10 @@ impl Job for Heartbeat {
             }
             let mut conn = me.pool.get().await?;
             replicas::beat(&mut conn, &me.instance_id, crate::VERSION, me.started_at).await?;
+            let ring = &super::throughput::GLOBAL;
+            let last_minute = i64::try_from(ring.published_last_minute()).unwrap_or(i64::MAX);
+            let minutes = serde_json::to_value(ring.minutes()).unwrap_or_default();
+            replicas::report_throughput(&mut conn, &me.instance_id, last_minute, &minutes).await?;
             replicas::prune(&mut conn, me.stale_ms()).await
         }
         .boxed()

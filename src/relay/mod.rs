@@ -22,6 +22,7 @@ pub mod ordering;
 pub mod periodic;
 pub mod retry;
 pub mod stats;
+pub mod throughput;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -13,6 +13,11 @@ use crate::db::replicas;
 /// three are a replica that is gone or stuck.
 const MISSED_BEATS: u32 = 3;
 
+/// How recent a heartbeat must be for its replica to count as alive (the UI uses it too).
+pub fn alive_ms(state: &AdminState) -> i64 {
+    i64::try_from((state.heartbeat_interval * MISSED_BEATS).as_millis()).unwrap_or(i64::MAX)
+}
+
 /// One live replica.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ReplicaView {
@@ -30,10 +35,8 @@ pub struct ReplicaView {
 #[utoipa::path(get, path = "/api/v1/replicas", tag = "replicas",
     responses((status = 200, body = [ReplicaView]), (status = 401), (status = 503)))]
 pub async fn list(state: web::Data<AdminState>) -> ApiResult<HttpResponse> {
-    let alive_ms =
-        i64::try_from((state.heartbeat_interval * MISSED_BEATS).as_millis()).unwrap_or(i64::MAX);
     let mut conn = state.pool.get().await?;
-    let rows = replicas::alive(&mut conn, alive_ms).await?;
+    let rows = replicas::alive(&mut conn, alive_ms(&state)).await?;
     let view: Vec<ReplicaView> = rows
         .into_iter()
         .map(|r| ReplicaView {

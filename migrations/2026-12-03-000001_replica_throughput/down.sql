@@ -1,0 +1,1 @@
+ALTER TABLE outbox_replicas DROP COLUMN throughput, DROP COLUMN published_last_minute;

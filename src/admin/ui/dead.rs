@@ -1,0 +1,315 @@
+//! The Dead letters page: failures grouped by error fingerprint, the latest dead events, and
+//! retry or discard of one event, one group, or everything matching a filter.
+//!
+//! Every action goes through a confirmation page that first counts what it would touch (a
+//! dry run with `db::dead::count`), then posts to `/dead/apply`, which calls the same
+//! `db::dead` steering functions as the API (audit row included) and wakes the claimer.
+
+use actix_web::{web, HttpRequest, HttpResponse};
+use maud::{html, Markup};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use super::layout::{self, Nav};
+use super::session::Session;
+use super::{events as event_pages, see_other, UiError};
+use crate::admin::api::wake_claimer;
+use crate::admin::AdminState;
+use crate::db::dead::{self, DeadAction, DeadFilter, Steered};
+use crate::db::events::{self, EventFilter, Status};
+
+/// Dead events listed under the groups.
+const LATEST: i64 = 50;
+
+/// What a dead-letter action targets: one event, or the dead letters matching the filters.
+/// It is the query of the pages and the form of `/dead/apply` alike.
+#[derive(Debug, Default, Clone, Deserialize, Serialize)]
+pub struct Target {
+    #[serde(default)]
+    topic: String,
+    #[serde(default)]
+    key: String,
+    #[serde(default)]
+    error: String,
+    #[serde(default)]
+    fingerprint: String,
+    #[serde(default)]
+    id: String,
+}
+
+/// Confirmation query: the target and the action.
+#[derive(Debug, Deserialize)]
+pub struct ConfirmQuery {
+    action: String,
+    #[serde(flatten)]
+    target: Target,
+}
+
+/// Form of `/dead/apply`.
+#[derive(Debug, Deserialize)]
+pub struct ApplyForm {
+    #[serde(default)]
+    csrf: String,
+    action: String,
+    #[serde(flatten)]
+    target: Target,
+}
+
+/// Query of `/dead`: the filters, and the result of an action just done.
+#[derive(Debug, Deserialize)]
+pub struct PageQuery {
+    #[serde(flatten)]
+    target: Target,
+    done: Option<String>,
+    // A string: serde's flatten hands every value over as text.
+    n: Option<String>,
+}
+
+fn opt(s: &str) -> Option<String> {
+    Some(s.trim().to_string()).filter(|s| !s.is_empty())
+}
+
+impl Target {
+    fn filter(&self) -> DeadFilter {
+        DeadFilter {
+            topic: opt(&self.topic),
+            partition_key: opt(&self.key),
+            error_contains: opt(&self.error),
+            fingerprint: opt(&self.fingerprint),
+            ..DeadFilter::default()
+        }
+    }
+
+    fn one(&self) -> Result<Option<Uuid>, UiError> {
+        opt(&self.id)
+            .map(|id| {
+                Uuid::parse_str(&id)
+                    .map_err(|_| UiError::BadRequest(format!("{id:?} is not a uuid")))
+            })
+            .transpose()
+    }
+
+    /// This target with one field changed, as a query string.
+    fn query(&self, action: Option<&str>) -> String {
+        let mut s = url::form_urlencoded::Serializer::new(String::new());
+        if let Some(a) = action {
+            s.append_pair("action", a);
+        }
+        for (k, v) in [
+            ("topic", &self.topic),
+            ("key", &self.key),
+            ("error", &self.error),
+            ("fingerprint", &self.fingerprint),
+            ("id", &self.id),
+        ] {
+            if !v.is_empty() {
+                s.append_pair(k, v);
+            }
+        }
+        s.finish()
+    }
+
+    /// What it matches, for a person: empty for everything, else ` where topic = ...`.
+    fn describe(&self) -> Markup {
+        let parts: Vec<(&str, &String)> = [
+            ("topic", &self.topic),
+            ("key", &self.key),
+            ("error contains", &self.error),
+            ("fingerprint", &self.fingerprint),
+        ]
+        .into_iter()
+        .filter(|(_, v)| !v.is_empty())
+        .collect();
+        html! {
+            @if !parts.is_empty() {
+                " where "
+                @for (i, (k, v)) in parts.iter().enumerate() {
+                    @if i > 0 { " and " }
+                    (k) " = " code { (v) }
+                }
+            }
+        }
+    }
+}
+
+fn action_of(name: &str) -> Result<DeadAction, UiError> {
+    match name {
+        "retry" => Ok(DeadAction::Retry),
+        "discard" => Ok(DeadAction::Discard),
+        other => Err(UiError::BadRequest(format!("unknown action {other:?}"))),
+    }
+}
+
+/// `GET /dead`.
+pub async fn page(
+    req: HttpRequest,
+    session: Session,
+    state: web::Data<AdminState>,
+    q: web::Query<PageQuery>,
+) -> Result<HttpResponse, UiError> {
+    let t = &q.target;
+    let filter = t.filter();
+    let (groups, latest) = {
+        let mut conn = super::conn(&state).await?;
+        let groups = dead::groups(&mut conn, &filter).await?;
+        let list = EventFilter {
+            status: Some(Status::Dead),
+            topic: filter.topic.clone(),
+            partition_key: filter.partition_key.clone(),
+        };
+        (groups, events::list(&mut conn, &list, None, LATEST).await?)
+    };
+    let total: i64 = groups.iter().map(|g| g.count).sum();
+    let can = session.role.can_act();
+    let content = html! {
+        @if let (Some(done), Some(n)) = (&q.done, q.n.as_deref().and_then(|n| n.parse::<i64>().ok())) {
+            p.notice.ok role="status" { (if done == "retry" { "Retried " } else { "Discarded " }) (n) " dead letter(s)." }
+        }
+        form.filters method="get" action="/dead" {
+            label { "Topic" input type="text" name="topic" value=(t.topic); }
+            label { "Key" input type="text" name="key" value=(t.key); }
+            label { "Error contains" input type="text" name="error" value=(t.error); }
+            input type="hidden" name="fingerprint" value=(t.fingerprint);
+            button.primary type="submit" { "Filter" }
+            a.button href="/dead" { "Clear" }
+        }
+        div #live hx-get={ "/dead?" (t.query(None)) } hx-trigger="every 5s" hx-select="#live" hx-swap="outerHTML" {
+            div.actions {
+                span { strong #dead-total { (layout::count(total)) } " dead letter(s)" (t.describe()) }
+                @if can && total > 0 {
+                    a.button.primary href={ "/dead/confirm?" (t.query(Some("retry"))) } { "Retry all matching…" }
+                    a.button href={ "/dead/confirm?" (t.query(Some("discard"))) } { "Discard all matching…" }
+                }
+            }
+            h2 { "By error" }
+            div.scroll { table #groups {
+                thead { tr { th.num { "Count" } th { "Error (one example)" } th { "Topics" } th.hide-sm { "Last died" } th {} } }
+                tbody {
+                    @for g in &groups {
+                        @let group = Target { fingerprint: g.fingerprint.clone(), ..t.clone() };
+                        tr {
+                            td.num { strong { (layout::count(g.count)) } }
+                            td.err { (g.example) }
+                            td { (g.topics.join(", ")) }
+                            td.hide-sm { (layout::ago(&g.last_dead_at)) }
+                            td { div.actions {
+                                a href={ "/dead?" (group.query(None)) } { "Show" }
+                                @if can {
+                                    a.button.small href={ "/dead/confirm?" (group.query(Some("retry"))) } { "Retry…" }
+                                    a.button.small href={ "/dead/confirm?" (group.query(Some("discard"))) } { "Discard…" }
+                                }
+                            } }
+                        }
+                    }
+                    @if groups.is_empty() { tr { td.empty colspan="5" { "No dead letters. " } } }
+                }
+            } }
+            h2 { "Latest dead events" }
+            (event_pages::table(&latest, None, "None."))
+        }
+    };
+    Ok(layout::page(
+        &req,
+        &session,
+        Nav::Dead,
+        "Dead letters",
+        content,
+    ))
+}
+
+/// `GET /dead/confirm`: the dry run. Counts what the action would touch and asks.
+pub async fn confirm(
+    req: HttpRequest,
+    session: Session,
+    state: web::Data<AdminState>,
+    q: web::Query<ConfirmQuery>,
+) -> Result<HttpResponse, UiError> {
+    let action = action_of(&q.action)?;
+    let t = &q.target;
+    let mut conn = super::conn(&state).await?;
+    let (count, what) = match t.one()? {
+        Some(id) => {
+            let e = events::get(&mut conn, id)
+                .await?
+                .ok_or_else(|| UiError::NotFound(format!("no event {id}")))?;
+            let dead = e.dead_at.is_some() && e.discarded_at.is_none();
+            (
+                i64::from(dead),
+                html! { "the event " a href={ "/events/" (id) } { code { (id) } } " (" (e.topic) ")" },
+            )
+        }
+        None => (dead::count(&mut conn, &t.filter()).await?, t.describe()),
+    };
+    drop(conn);
+    let verb = if action == DeadAction::Retry {
+        "Retry"
+    } else {
+        "Discard"
+    };
+    let content = html! {
+        div.panel.confirm {
+            p #dry-run { (verb) " " strong #confirm-count { (count) } " dead letter(s)" (what) "?" }
+            @if action == DeadAction::Retry {
+                p.muted { "They are requeued (attempts 0) and published now, after the events already waiting on their keys." }
+            } @else {
+                p.muted { "They are never retried; retention deletes them like published events." }
+            }
+            @if !session.role.can_act() {
+                p.error { "Your login is read-only." }
+            } @else if count == 0 {
+                p { "Nothing to do." }
+            } @else {
+                form.actions method="post" action="/dead/apply" {
+                    (layout::csrf_field(&session))
+                    input type="hidden" name="action" value=(q.action);
+                    @for (k, v) in [("topic", &t.topic), ("key", &t.key), ("error", &t.error), ("fingerprint", &t.fingerprint), ("id", &t.id)] {
+                        input type="hidden" name=(k) value=(v);
+                    }
+                    button #confirm type="submit" class=(if action == DeadAction::Retry { "primary" } else { "danger" }) {
+                        (verb) " " (count)
+                    }
+                    a.button href={ "/dead?" (Target { id: String::new(), ..t.clone() }.query(None)) } { "Cancel" }
+                }
+            }
+        }
+    };
+    Ok(layout::page(
+        &req,
+        &session,
+        Nav::Dead,
+        &format!("{verb} dead letters"),
+        content,
+    ))
+}
+
+/// `POST /dead/apply`: does it, writes the audit row (in `db::dead`), wakes the claimer.
+pub async fn apply(
+    session: Session,
+    state: web::Data<AdminState>,
+    form: web::Form<ApplyForm>,
+) -> Result<HttpResponse, UiError> {
+    let actor = session.act(&form.csrf)?;
+    let action = action_of(&form.action)?;
+    let t = &form.target;
+    let mut conn = super::conn(&state).await?;
+    let n = match t.one()? {
+        Some(id) => match dead::act_on_one(&mut conn, action, id, &actor.who).await? {
+            Steered::Done => 1,
+            Steered::NotFound => return Err(UiError::NotFound(format!("no event {id}"))),
+            Steered::NotDead => 0,
+        },
+        None => dead::act_on_matching(&mut conn, action, &t.filter(), &actor.who).await?,
+    };
+    if action == DeadAction::Retry && n > 0 {
+        wake_claimer(&state);
+    }
+    let back = Target {
+        id: String::new(),
+        ..t.clone()
+    };
+    Ok(see_other(&format!(
+        "/dead?{}&done={}&n={n}",
+        back.query(None),
+        form.action
+    )))
+}

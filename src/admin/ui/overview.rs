@@ -1,0 +1,171 @@
+//! The overview page (`/`): backlog counters, the oldest pending age (the SLO), throughput
+//! charts of the last hour, and the per-topic table with pause and resume.
+//!
+//! The charts sum the per-minute counts every live replica reports with its heartbeat
+//! (`relay::throughput`), so any replica behind a Service draws the whole cluster's hour.
+
+use actix_web::{web, HttpRequest, HttpResponse};
+use maud::{html, Markup};
+use serde::Deserialize;
+
+use super::layout::{self, Nav};
+use super::session::Session;
+use super::{see_other, UiError};
+use crate::admin::api::replicas::alive_ms;
+use crate::admin::api::wake_claimer;
+use crate::admin::AdminState;
+use crate::db::{events, replicas, topics};
+use crate::relay::throughput::{Minutes, MINUTES};
+
+/// An inline SVG bar chart of per-minute counts, oldest left.
+fn chart(title: &str, counts: &[u64], class: &str) -> Markup {
+    let max = counts.iter().copied().max().unwrap_or(0).max(1);
+    let last = counts.last().copied().unwrap_or(0);
+    let total: u64 = counts.iter().sum();
+    let (w, h) = (600.0, 90.0);
+    let bar = w / counts.len().max(1) as f64;
+    html! {
+        div.panel.chart {
+            div.head {
+                span { (title) }
+                span { b { (format!("{:.1}", last as f64 / 60.0)) "/s" } " now · "
+                    (layout::count(total as i64)) " in the hour · peak "
+                    (format!("{:.1}", max as f64 / 60.0)) "/s" }
+            }
+            svg viewBox={ "0 0 " (w) " " (h) } preserveAspectRatio="none" role="img" aria-label=(title) {
+                @for (i, n) in counts.iter().enumerate() {
+                    @let bh = (*n as f64 / max as f64) * (h - 2.0);
+                    rect class=(class) x=(format!("{:.1}", i as f64 * bar + 0.5))
+                        y=(format!("{:.1}", h - bh)) width=(format!("{:.1}", (bar - 1.0).max(0.5)))
+                        height=(format!("{:.1}", bh)) {
+                        title { (MINUTES - i - 1) " min ago: " (n) " (" (format!("{:.2}", *n as f64 / 60.0)) "/s)" }
+                    }
+                }
+                line.axis x1="0" y1=(h - 0.5) x2=(w) y2=(h - 0.5) {}
+            }
+            div.head { span { "60 min ago" } span { "now" } }
+        }
+    }
+}
+
+fn card(id: &str, label: &str, value: String, class: &str) -> Markup {
+    html! { div class={ "card " (class) } { div.label { (label) } div.value #(id) { (value) } } }
+}
+
+/// The cluster's last hour: the sum of every live replica's report.
+async fn cluster_minutes(state: &AdminState) -> Result<Minutes, UiError> {
+    let mut conn = super::conn(state).await?;
+    let rows = replicas::alive(&mut conn, alive_ms(state)).await?;
+    let now_minute = chrono::Utc::now().timestamp().max(0) as u64 / 60;
+    let mut sum = Minutes {
+        minute: now_minute,
+        published: vec![0; MINUTES],
+        failed: vec![0; MINUTES],
+    };
+    for r in rows {
+        if let Ok(m) = serde_json::from_value::<Minutes>(r.throughput) {
+            sum.add(&m);
+        }
+    }
+    Ok(sum)
+}
+
+/// `GET /`.
+pub async fn page(
+    req: HttpRequest,
+    session: Session,
+    state: web::Data<AdminState>,
+) -> Result<HttpResponse, UiError> {
+    let (topics, flight) = {
+        let mut conn = super::conn(&state).await?;
+        let topics = events::topic_counts(&mut conn, None).await?;
+        (topics, events::flight(&mut conn).await?)
+    };
+    let minutes = cluster_minutes(&state).await?;
+    let sum = |f: fn(&events::TopicCounts) -> i64| topics.iter().map(f).sum::<i64>();
+    let (pending, dead) = (sum(|t| t.pending), sum(|t| t.dead));
+    let oldest = flight.oldest_pending_age_seconds;
+    let content = html! {
+        div #live hx-get="/" hx-trigger="every 5s" hx-select="#live" hx-swap="outerHTML" {
+            div.cards {
+                (card("oldest", "Oldest pending", layout::age(oldest),
+                    if oldest >= 300.0 { "slo bad" } else if oldest >= 30.0 { "slo warn" } else { "slo" }))
+                (card("pending", "Pending", layout::count(pending), ""))
+                (card("in-flight", "In flight", layout::count(flight.in_flight), ""))
+                (card("published", "Published (kept)", layout::count(sum(|t| t.published)), ""))
+                (card("dead", "Dead", layout::count(dead), if dead > 0 { "bad" } else { "" }))
+            }
+            div.charts {
+                (chart("Published per second", &minutes.published, "bar-pub"))
+                (chart("Failures per second", &minutes.failed, "bar-fail"))
+            }
+            h2 { "Topics" }
+            div.scroll {
+                table #topics {
+                    thead { tr {
+                        th { "Topic" } th { "State" } th.num { "Pending" } th.num { "Published" }
+                        th.num { "Dead" } th { "" }
+                    } }
+                    tbody {
+                        @for t in &topics {
+                            tr data-topic=(t.topic) {
+                                td { a href={ "/events?topic=" (layout::enc(&t.topic)) } { (t.topic) } }
+                                td { @if t.paused { span.pill.paused { "paused" } } @else { span.pill.active { "active" } } }
+                                td.num { (layout::count(t.pending)) }
+                                td.num { (layout::count(t.published)) }
+                                td.num { @if t.dead > 0 { a href={ "/dead?topic=" (layout::enc(&t.topic)) } { (layout::count(t.dead)) } } @else { "0" } }
+                                td {
+                                    @if t.paused {
+                                        (layout::action_button(&session, &format!("/topics/{}/resume", layout::enc(&t.topic)), "Resume", "small primary resume"))
+                                    } @else {
+                                        (layout::action_button(&session, &format!("/topics/{}/pause", layout::enc(&t.topic)), "Pause", "small pause"))
+                                    }
+                                }
+                            }
+                        }
+                        @if topics.is_empty() { tr { td.empty colspan="6" { "No events yet." } } }
+                    }
+                }
+            }
+        }
+    };
+    Ok(layout::page(
+        &req,
+        &session,
+        Nav::Overview,
+        "Overview",
+        content,
+    ))
+}
+
+/// The form of the pause and resume buttons.
+#[derive(Debug, Deserialize)]
+pub struct ActForm {
+    #[serde(default)]
+    csrf: String,
+}
+
+/// `POST /topics/{topic}/pause` and `.../resume`.
+pub async fn steer(
+    session: Session,
+    state: web::Data<AdminState>,
+    path: web::Path<(String, String)>,
+    form: web::Form<ActForm>,
+) -> Result<HttpResponse, UiError> {
+    let actor = session.act(&form.csrf)?;
+    let (topic, action) = path.into_inner();
+    let paused = match action.as_str() {
+        "pause" => true,
+        "resume" => false,
+        _ => return Err(UiError::NotFound(format!("no action {action:?}"))),
+    };
+    if !crate::producer::valid_topic(&topic) {
+        return Err(UiError::BadRequest(format!("invalid topic {topic:?}")));
+    }
+    let mut conn = super::conn(&state).await?;
+    topics::set_paused(&mut conn, &topic, paused, &actor.who).await?;
+    if !paused {
+        wake_claimer(&state);
+    }
+    Ok(see_other("/"))
+}

@@ -1,0 +1,223 @@
+//! Read-only looks into the topics' streams for the admin's Streams page: length, first and
+//! last entry, consumer groups with their lag and pending counts, and the oldest pending
+//! message of each group. Only TYPE, XINFO and XPENDING: nothing here writes to Redis.
+
+use std::time::Duration;
+
+use redis::Value;
+
+use super::{keys, Publisher};
+
+/// Longest a page waits for one stream's answers.
+const TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A failed look.
+#[derive(Debug, thiserror::Error)]
+pub enum InspectError {
+    /// Redis answered with an error or the connection failed.
+    #[error("redis: {0}")]
+    Redis(#[from] redis::RedisError),
+    /// Redis did not answer in time.
+    #[error("redis did not answer within {0:?}")]
+    Timeout(Duration),
+}
+
+/// One topic's stream.
+#[derive(Debug, Clone, Default)]
+pub struct StreamInfo {
+    /// The topic.
+    pub topic: String,
+    /// Its key, `<stream_prefix><topic>`.
+    pub key: String,
+    /// What the key holds: `stream`, `none` (no entry yet), or another type (a misconfigured
+    /// key: every publish into it fails).
+    pub kind: String,
+    /// Entries in the stream.
+    pub length: u64,
+    /// Id of the first entry.
+    pub first_id: Option<String>,
+    /// Id of the last entry.
+    pub last_id: Option<String>,
+    /// Its consumer groups.
+    pub groups: Vec<GroupInfo>,
+}
+
+/// One consumer group of a stream.
+#[derive(Debug, Clone, Default)]
+pub struct GroupInfo {
+    /// The group name.
+    pub name: String,
+    /// Consumers in the group.
+    pub consumers: u64,
+    /// Entries delivered and not yet acknowledged.
+    pub pending: u64,
+    /// Entries not yet delivered to the group (Redis 7+; unknown after some deletions).
+    pub lag: Option<u64>,
+    /// The last entry delivered to the group.
+    pub last_delivered_id: String,
+    /// The oldest unacknowledged entry, and how long ago it was added to the stream.
+    pub oldest_pending: Option<(String, Duration)>,
+}
+
+/// Field/value pairs of a reply, whether RESP2 (flat array) or RESP3 (map).
+fn pairs(v: Value) -> Vec<(String, Value)> {
+    let list = match v {
+        Value::Map(m) => return m.into_iter().map(|(k, v)| (text(&k), v)).collect(),
+        Value::Array(a) => a,
+        _ => return Vec::new(),
+    };
+    let mut out = Vec::new();
+    let mut it = list.into_iter();
+    while let (Some(k), Some(v)) = (it.next(), it.next()) {
+        out.push((text(&k), v));
+    }
+    out
+}
+
+fn text(v: &Value) -> String {
+    match v {
+        Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+        Value::SimpleString(s) => s.clone(),
+        Value::Int(i) => i.to_string(),
+        Value::Okay => "OK".into(),
+        _ => String::new(),
+    }
+}
+
+fn int(v: &Value) -> Option<u64> {
+    match v {
+        Value::Int(i) => u64::try_from(*i).ok(),
+        other => text(other).parse().ok(),
+    }
+}
+
+/// The id of an entry reply `[id, [fields...]]`.
+fn entry_id(v: &Value) -> Option<String> {
+    match v {
+        Value::Array(a) => a.first().map(text),
+        _ => None,
+    }
+}
+
+/// How long ago an entry id's milliseconds part was.
+fn id_age(id: &str) -> Duration {
+    let ms: u64 = id
+        .split('-')
+        .next()
+        .and_then(|m| m.parse().ok())
+        .unwrap_or(0);
+    let now = chrono::Utc::now().timestamp_millis().max(0) as u64;
+    Duration::from_millis(now.saturating_sub(ms))
+}
+
+impl Publisher {
+    /// Looks at the stream of each topic, in the given order.
+    pub async fn inspect_streams(
+        &self,
+        topics: &[String],
+    ) -> Result<Vec<StreamInfo>, InspectError> {
+        let mut out = Vec::with_capacity(topics.len());
+        for topic in topics {
+            let look = self.inspect_one(topic);
+            let info = tokio::time::timeout(TIMEOUT, look)
+                .await
+                .map_err(|_| InspectError::Timeout(TIMEOUT))??;
+            out.push(info);
+        }
+        Ok(out)
+    }
+
+    async fn inspect_one(&self, topic: &str) -> Result<StreamInfo, InspectError> {
+        let mut conn = self.conn.clone();
+        let key = keys::stream_key(&self.config.stream_prefix, topic);
+        let kind: String = redis::cmd("TYPE").arg(&key).query_async(&mut conn).await?;
+        let mut info = StreamInfo {
+            topic: topic.to_string(),
+            key: key.clone(),
+            kind,
+            ..StreamInfo::default()
+        };
+        if info.kind != "stream" {
+            return Ok(info);
+        }
+        let stream: Value = redis::cmd("XINFO")
+            .arg("STREAM")
+            .arg(&key)
+            .query_async(&mut conn)
+            .await?;
+        for (name, value) in pairs(stream) {
+            match name.as_str() {
+                "length" => info.length = int(&value).unwrap_or(0),
+                "first-entry" => info.first_id = entry_id(&value),
+                "last-entry" => info.last_id = entry_id(&value),
+                _ => {}
+            }
+        }
+        let groups: Value = redis::cmd("XINFO")
+            .arg("GROUPS")
+            .arg(&key)
+            .query_async(&mut conn)
+            .await?;
+        let Value::Array(groups) = groups else {
+            return Ok(info);
+        };
+        for g in groups {
+            let mut group = GroupInfo::default();
+            for (name, value) in pairs(g) {
+                match name.as_str() {
+                    "name" => group.name = text(&value),
+                    "consumers" => group.consumers = int(&value).unwrap_or(0),
+                    "pending" => group.pending = int(&value).unwrap_or(0),
+                    "lag" => group.lag = int(&value),
+                    "last-delivered-id" => group.last_delivered_id = text(&value),
+                    _ => {}
+                }
+            }
+            if group.pending > 0 {
+                // The extended form names the oldest unacknowledged entry itself.
+                let oldest: Value = redis::cmd("XPENDING")
+                    .arg(&key)
+                    .arg(&group.name)
+                    .arg("-")
+                    .arg("+")
+                    .arg(1)
+                    .query_async(&mut conn)
+                    .await?;
+                if let Value::Array(rows) = oldest {
+                    group.oldest_pending = rows
+                        .first()
+                        .and_then(entry_id)
+                        .map(|id| (id.clone(), id_age(&id)));
+                }
+            }
+            info.groups.push(group);
+        }
+        Ok(info)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replies_of_both_protocols_read_as_pairs() {
+        let flat = Value::Array(vec![
+            Value::BulkString(b"length".to_vec()),
+            Value::Int(3),
+            Value::BulkString(b"first-entry".to_vec()),
+            Value::Array(vec![
+                Value::BulkString(b"1-0".to_vec()),
+                Value::Array(vec![]),
+            ]),
+        ]);
+        let p = pairs(flat);
+        assert_eq!(p[0].0, "length");
+        assert_eq!(int(&p[0].1), Some(3));
+        assert_eq!(entry_id(&p[1].1).as_deref(), Some("1-0"));
+        let map = Value::Map(vec![(Value::SimpleString("lag".into()), Value::Nil)]);
+        let p = pairs(map);
+        assert_eq!((p[0].0.as_str(), int(&p[0].1)), ("lag", None));
+        assert!(id_age("0-1") > Duration::from_secs(1_000_000));
+    }
+}
