@@ -62,3 +62,35 @@ async fn retention_deletes_only_old_published_rows() {
     .await;
     assert_eq!(redis.xlen("held").await, 10);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_paused_topic_filling_the_oldest_window_does_not_hold_the_others() {
+    let db = TestDb::new().await;
+    let redis = TestRedis::shared();
+    let mut conn = db.conn().await;
+    outbox_relay::db::topics::set_paused(&mut conn, "held", true, "test")
+        .await
+        .expect("pause");
+    // Heads are looked for among the oldest 4 x batch_size = 40 pending rows first: the
+    // paused topic's 200 events fill that window, keyed and unkeyed.
+    db.exec(
+        "INSERT INTO outbox (topic, payload, partition_key)
+           SELECT 'held', jsonb_build_object('n', i), CASE WHEN i % 2 = 0 THEN 'k' || (i % 5) END
+           FROM generate_series(1, 200) i ORDER BY i;
+         INSERT INTO outbox (topic, payload, partition_key)
+           SELECT 'free', jsonb_build_object('n', i), 'k' || (i % 3)
+           FROM generate_series(1, 60) i ORDER BY i;",
+    )
+    .await;
+    let mut env = base_env(&db, &redis);
+    env.push(("OUTBOX__RELAY__BATCH_SIZE".into(), "10".into()));
+    let _relay = RelayProc::spawn("paused-window", &env);
+    db.wait_for(
+        "SELECT count(*) FROM outbox WHERE topic = 'free' AND published_at IS NOT NULL",
+        60,
+        Duration::from_secs(20),
+    )
+    .await;
+    assert_per_key_order(&redis.entries("free").await);
+    assert_eq!(redis.xlen("held").await, 0, "the paused topic is held");
+}

@@ -111,6 +111,35 @@ pub async fn claim_heads(
     Ok(query.load(conn).await?)
 }
 
+/// True when the oldest `window` pending rows hold an event that is not due yet or whose
+/// topic is paused: the cases where nothing in the window may be claimable for a while,
+/// so the claimer must look past it.
+pub async fn window_has_waiting(
+    conn: &mut AsyncPgConnection,
+    window: i64,
+) -> Result<bool, DbError> {
+    #[derive(QueryableByName)]
+    struct Waiting {
+        #[diesel(sql_type = Bool)]
+        waiting: bool,
+    }
+    let row: Waiting = diesel::sql_query(
+        "SELECT EXISTS (
+             SELECT 1 FROM (
+                 SELECT seq FROM outbox
+                 WHERE published_at IS NULL AND dead_at IS NULL
+                 ORDER BY seq LIMIT $1) w
+             JOIN outbox o ON o.seq = w.seq AND o.published_at IS NULL AND o.dead_at IS NULL
+             WHERE o.available_at > now()
+                OR EXISTS (SELECT 1 FROM outbox_topics t WHERE t.topic = o.topic AND t.paused)
+         ) AS waiting",
+    )
+    .bind::<BigInt, _>(window)
+    .get_result(conn)
+    .await?;
+    Ok(row.waiting)
+}
+
 /// Locks up to `limit` pending events that follow the given key heads (at most `per_key`
 /// for each head, in seq order). Nobody else can hold them: another replica would need the
 /// head, which we hold. The per-key LATERAL keeps the work proportional to what is taken,

@@ -143,17 +143,21 @@ pub async fn claim_chains(
 ) -> Result<Claim, DbError> {
     let window = batch_size * 4;
     let mut heads = outbox::claim_heads(c, batch_size, HeadScan::Oldest(window)).await?;
-    if heads.is_empty() {
-        // The oldest window is held by other claimers (or blocked behind failing keys).
+    if heads.is_empty() && outbox::window_has_waiting(c, window).await? {
+        // The oldest window is blocked: events not due yet (a failing key's head waiting
+        // for its retry, and that key's followers) or paused topics. Look further, so they
+        // never starve the rest. When it holds neither, every key head in it is locked by
+        // another claimer, which is making progress: scanning on (an O(backlog) walk behind
+        // a hot key) would only burn Postgres time.
+        //
         // Concurrent claimers that all scanned right after it would each walk past the
         // rows the others just locked; starting at one of a few slices spreads them out
         // (3 replicas: cycles of ~1,000 unkeyed heads took 400-1,000 ms, mostly that walk).
-        // Any start is correct: claimability, not scan position, keeps per-key order.
+        // Any start is correct: claimability, not scan position, keeps per-key order; and
+        // every row is still reached, by the scans that draw the first slice. No second scan
+        // when a later slice is empty: it would walk the same rows again.
         let slice = rand::random_range(0..AFTER_SLICES);
         heads = outbox::claim_heads(c, batch_size, HeadScan::After(window * (1 + slice))).await?;
-        if heads.is_empty() && slice > 0 {
-            heads = outbox::claim_heads(c, batch_size, HeadScan::After(window)).await?;
-        }
     }
     let head_count = heads.len();
     let mut deferred = 0;
