@@ -75,39 +75,61 @@ pub async fn claim_heads(
     scan: HeadScan,
 ) -> Result<Vec<ClaimedRow>, DbError> {
     const FILTER: &str = "o.published_at IS NULL AND o.dead_at IS NULL AND o.available_at <= now()
-           AND NOT EXISTS (SELECT 1 FROM outbox_topics t WHERE t.topic = o.topic AND t.paused)
-           AND (o.partition_key IS NULL OR NOT EXISTS (
-                SELECT 1 FROM outbox p
-                WHERE p.topic = o.topic AND p.partition_key = o.partition_key
-                  AND p.published_at IS NULL AND p.dead_at IS NULL AND p.seq < o.seq))";
-    let (from, window) = match scan {
+           AND NOT EXISTS (SELECT 1 FROM outbox_topics t WHERE t.topic = o.topic AND t.paused)";
+    let (sql, window) = match scan {
+        // The window is the oldest pending rows, so a key's first row in it is the key's
+        // first pending row: heads come from the window alone, with no probe per row. (The
+        // probe "is there an earlier pending row of my key?" was planned as a sequential
+        // scan for a hot key, whose every row matches: O(table) per row, minutes per claim.)
+        // The LATERAL fixes the plan (candidates first, one index lookup each): left to
+        // itself, on a table without fresh statistics the planner looped over every pending
+        // row for each candidate (7 s for 2,000).
         HeadScan::Oldest(window) => (
-            "WITH w AS MATERIALIZED (
-                 SELECT seq FROM outbox
-                 WHERE published_at IS NULL AND dead_at IS NULL
-                 ORDER BY seq LIMIT $2)
-             SELECT {COLUMNS} FROM outbox o JOIN w ON o.seq = w.seq WHERE",
+            format!(
+                "WITH w AS MATERIALIZED (
+                     SELECT seq, topic, partition_key FROM outbox
+                     WHERE published_at IS NULL AND dead_at IS NULL
+                     ORDER BY seq LIMIT $2),
+                 h AS MATERIALIZED (
+                     SELECT seq FROM (
+                         SELECT seq FROM w WHERE partition_key IS NULL
+                         UNION ALL
+                         SELECT min(seq) FROM w WHERE partition_key IS NOT NULL
+                         GROUP BY topic, partition_key) AS candidates
+                     ORDER BY seq LIMIT $1)
+                 SELECT f.* FROM h CROSS JOIN LATERAL (
+                     SELECT {COLUMNS} FROM outbox o
+                     WHERE o.seq = h.seq AND {FILTER}
+                     FOR UPDATE OF o SKIP LOCKED) AS f
+                 ORDER BY f.seq"
+            ),
             window,
         ),
         // No n-th pending row means the window held every pending row: nothing is after it.
+        // Past the window a keyed row needs the per-row probe; this is the rare fallback
+        // (see `window_has_waiting`).
         HeadScan::After(window) => (
-            "SELECT {COLUMNS} FROM outbox o
-             WHERE o.seq > COALESCE((
-                     SELECT seq FROM outbox
-                     WHERE published_at IS NULL AND dead_at IS NULL
-                     ORDER BY seq OFFSET $2 - 1 LIMIT 1), 9223372036854775807) AND",
+            format!(
+                "SELECT {COLUMNS} FROM outbox o
+                 WHERE o.seq > COALESCE((
+                         SELECT seq FROM outbox
+                         WHERE published_at IS NULL AND dead_at IS NULL
+                         ORDER BY seq OFFSET $2 - 1 LIMIT 1), 9223372036854775807)
+                   AND (o.partition_key IS NULL OR o.seq = (
+                         SELECT min(p.seq) FROM outbox p
+                         WHERE p.topic = o.topic AND p.partition_key = o.partition_key
+                           AND p.published_at IS NULL AND p.dead_at IS NULL))
+                   AND {FILTER}
+                 ORDER BY o.seq
+                 LIMIT $1
+                 FOR UPDATE OF o SKIP LOCKED"
+            ),
             window,
         ),
     };
-    let from = from.replace("{COLUMNS}", COLUMNS);
-    let query = diesel::sql_query(format!(
-        "{from} {FILTER}
-         ORDER BY o.seq
-         LIMIT $1
-         FOR UPDATE OF o SKIP LOCKED"
-    ))
-    .bind::<BigInt, _>(limit)
-    .bind::<BigInt, _>(window);
+    let query = diesel::sql_query(sql)
+        .bind::<BigInt, _>(limit)
+        .bind::<BigInt, _>(window);
     Ok(query.load(conn).await?)
 }
 

@@ -128,13 +128,18 @@ impl Claimer {
             while self.in_flight < self.workers {
                 self.start_cycle(ctx);
             }
-        } else if (progressed || self.wake_pending) && self.in_flight == 0 {
-            // One follow-up at a time: without a full batch there is no backlog to share,
-            // and a second claimer behind a hot key would only rescan what the first holds.
+        } else if progressed || self.wake_pending {
             // It found work (or was woken meanwhile): more may be waiting behind what it
-            // held, such as the next events of its keys. Look again until a cycle finds none.
-            self.wake_pending = false;
-            self.start_cycle(ctx);
+            // held, such as the next events of its keys. Look again until a cycle finds none,
+            // one follow-up at a time: without a full batch there is no backlog to share,
+            // and a second claimer behind a hot key would only rescan what the first holds.
+            // While another cycle runs, the follow-up waits for it (it may hold those keys).
+            if self.in_flight == 0 {
+                self.wake_pending = false;
+                self.start_cycle(ctx);
+            } else {
+                self.wake_pending = true;
+            }
         }
     }
 }
