@@ -7,14 +7,20 @@ use std::time::Duration;
 
 use common::*;
 
-#[tokio::test(flavor = "multi_thread")]
-async fn retention_deletes_only_old_published_rows() {
+/// A fresh database and key prefix, with topic `held` paused.
+async fn with_held_topic_paused() -> (TestDb, TestRedis, diesel_async::AsyncPgConnection) {
     let db = TestDb::new().await;
     let redis = TestRedis::shared();
     let mut conn = db.conn().await;
     outbox_relay::db::topics::set_paused(&mut conn, "held", true, "test")
         .await
         .expect("pause");
+    (db, redis, conn)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn retention_deletes_only_old_published_rows() {
+    let (db, redis, mut conn) = with_held_topic_paused().await;
     db.exec(
         "INSERT INTO outbox (topic, payload) SELECT 'held', jsonb_build_object('n', i) FROM generate_series(1, 10) i;
          INSERT INTO outbox (topic, payload, attempts, last_error, dead_at)
@@ -65,12 +71,7 @@ async fn retention_deletes_only_old_published_rows() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_paused_topic_filling_the_oldest_window_does_not_hold_the_others() {
-    let db = TestDb::new().await;
-    let redis = TestRedis::shared();
-    let mut conn = db.conn().await;
-    outbox_relay::db::topics::set_paused(&mut conn, "held", true, "test")
-        .await
-        .expect("pause");
+    let (db, redis, _conn) = with_held_topic_paused().await;
     // Heads are looked for among the oldest 4 x batch_size = 40 pending rows first: the
     // paused topic's 200 events fill that window, keyed and unkeyed.
     db.exec(
