@@ -77,8 +77,18 @@ impl Browser {
         self.client.goto(url).await.expect("goto");
     }
 
+    /// The text of the first element matching `css`. htmx swaps the live regions every few
+    /// seconds, so an element found just before a swap can be gone when it is read: then it
+    /// is looked up again.
     pub async fn text(&self, css: &str) -> String {
-        self.find(css).await.text().await.expect("text")
+        let mut tries = 0;
+        loop {
+            match self.find(css).await.text().await {
+                Ok(text) => return text,
+                Err(e) if e.is_stale_element_reference() && tries < 5 => tries += 1,
+                Err(e) => panic!("text of {css}: {e}"),
+            }
+        }
     }
 
     pub async fn find(&self, css: &str) -> fantoccini::elements::Element {
@@ -98,8 +108,16 @@ impl Browser {
             .unwrap_or(0)
     }
 
+    /// Clicks the first element matching `css`, looking it up again if a swap replaced it.
     pub async fn click(&self, css: &str) {
-        self.find(css).await.click().await.expect("click");
+        let mut tries = 0;
+        loop {
+            match self.find(css).await.click().await {
+                Ok(_) => return,
+                Err(e) if e.is_stale_element_reference() && tries < 5 => tries += 1,
+                Err(e) => panic!("click {css}: {e}"),
+            }
+        }
     }
 
     pub async fn fill(&self, css: &str, value: &str) {
