@@ -78,14 +78,19 @@ impl Browser {
     }
 
     /// The text of the first element matching `css`. htmx swaps the live regions every few
-    /// seconds, so an element found just before a swap can be gone when it is read: then it
-    /// is looked up again.
+    /// seconds and a form post replaces the whole document, so an element found just before
+    /// may be gone when it is read (stale, or "does not belong to the document"): then it is
+    /// looked up again, a few times, before the failure counts.
     pub async fn text(&self, css: &str) -> String {
         let mut tries = 0;
         loop {
             match self.find(css).await.text().await {
                 Ok(text) => return text,
-                Err(e) if e.is_stale_element_reference() && tries < 5 => tries += 1,
+                Err(e) if tries < 5 => {
+                    tries += 1;
+                    eprintln!("reading {css} again after: {e}");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
                 Err(e) => panic!("text of {css}: {e}"),
             }
         }
@@ -114,7 +119,8 @@ impl Browser {
         loop {
             match self.find(css).await.click().await {
                 Ok(_) => return,
-                Err(e) if e.is_stale_element_reference() && tries < 5 => tries += 1,
+                // A click on a node that is no longer in the page did nothing: retry it.
+                Err(e) if node_replaced(&e) && tries < 5 => tries += 1,
                 Err(e) => panic!("click {css}: {e}"),
             }
         }
@@ -181,4 +187,10 @@ impl Drop for Browser {
             .status();
         let _ = self.driver.wait();
     }
+}
+
+/// True when a command failed because its element left the page (an htmx swap or a new
+/// document), which Chromium reports either as a stale element or as an inspector error.
+fn node_replaced(e: &fantoccini::error::CmdError) -> bool {
+    e.is_stale_element_reference() || e.to_string().contains("does not belong to the document")
 }
