@@ -64,6 +64,12 @@ impl Scratch {
             .await?;
         let url = url_with_db(&env.postgres_url, &name)?;
         crate::db::migrate::run_pending(&url).await?;
+        if let Ok(extra) = std::env::var("BENCH_EXTRA_SQL") {
+            AsyncPgConnection::establish(&url)
+                .await?
+                .batch_execute(&extra)
+                .await?;
+        }
         Ok(Scratch {
             name,
             url,

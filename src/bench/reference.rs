@@ -82,6 +82,7 @@ pub async fn ceiling(env: &BenchEnv, n: u64) -> anyhow::Result<Drain> {
                 while idle < 3 {
                     let claimed = c
                         .transaction::<usize, DbError, _>(async |tx| {
+                            outbox::tune_relay_transaction(tx).await?;
                             let claim = claim_chains(tx, batch).await?;
                             let ctids: Vec<&str> = claim
                                 .chains

@@ -12,6 +12,7 @@ use diesel::sql_types::{Array, BigInt, Bool, Nullable, Text};
 use diesel::QueryableByName;
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 
+use super::prepared::prepared;
 use super::{audit, DbError};
 
 /// Advisory lock class of topic state ("outbox-t").
@@ -45,19 +46,23 @@ pub async fn lock_for_publish(
     if topics.is_empty() {
         return Ok(TopicStates::default());
     }
-    diesel::sql_query(
-        "SELECT count(pg_advisory_xact_lock_shared(hashtextextended(t, $2))) FROM unnest($1::text[]) AS u(t)",
+    prepared(
+        diesel::sql_query(
+            "SELECT count(pg_advisory_xact_lock_shared(hashtextextended(t, $2))) FROM unnest($1::text[]) AS u(t)",
+        )
+        .bind::<Array<Text>, _>(topics)
+        .bind::<BigInt, _>(TOPIC_LOCK),
     )
-    .bind::<Array<Text>, _>(topics)
-    .bind::<BigInt, _>(TOPIC_LOCK)
     .execute(conn)
     .await?;
     // A new statement, so a new snapshot: it sees a pause that committed while we waited.
-    let rows: Vec<TopicRow> = diesel::sql_query(
-        "SELECT topic, paused, maxlen FROM outbox_topics
-         WHERE topic = ANY($1) AND (paused OR maxlen IS NOT NULL)",
+    let rows: Vec<TopicRow> = prepared(
+        diesel::sql_query(
+            "SELECT topic, paused, maxlen FROM outbox_topics
+             WHERE topic = ANY($1) AND (paused OR maxlen IS NOT NULL)",
+        )
+        .bind::<Array<Text>, _>(topics),
     )
-    .bind::<Array<Text>, _>(topics)
     .load(conn)
     .await?;
     let mut states = TopicStates::default();

@@ -114,7 +114,7 @@ pub async fn run_once(deps: &CycleDeps) -> Result<CycleReport, CycleError> {
     let mut conn = deps.pool.get().await.map_err(DbError::from)?;
     let mut report = conn
         .transaction::<_, CycleError, _>(async |c| {
-            outbox::relax_commit_durability(c).await?;
+            outbox::tune_relay_transaction(c).await?;
             claim_and_publish(c, deps).await
         })
         .await?;

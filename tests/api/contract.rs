@@ -184,6 +184,13 @@ async fn concurrent_requests_with_one_key_store_one_event() {
 #[tokio::test(flavor = "multi_thread")]
 async fn stats_topics_replicas_and_the_key_timeline() {
     let api = Api::start("api-stats").await;
+    // Two events of the key reach their stream before the topic is paused: the timeline
+    // then spans published rows and pending ones (each side has its own indexes).
+    for n in [-2, -1] {
+        let body = format!(r#"{{"topic":"held","payload":{{"n":{n}}},"partition_key":"k"}}"#);
+        assert_eq!(api.post("/api/v1/events", Some(&body)).status, 201);
+    }
+    api.wait_published("held", 2).await;
     assert_eq!(api.post("/api/v1/topics/held/pause", None).status, 200);
     for n in 0..5 {
         let body = format!(r#"{{"topic":"held","payload":{{"n":{n}}},"partition_key":"k"}}"#);
@@ -228,8 +235,20 @@ async fn stats_topics_replicas_and_the_key_timeline() {
             .filter_map(|e| e["payload"]["n"].as_i64())
             .collect()
     };
-    assert_eq!(n(&timeline["earlier"]), vec![1, 0]);
+    assert_eq!(n(&timeline["earlier"]), vec![1, 0, -1, -2]);
     assert_eq!(n(&timeline["later"]), vec![3, 4]);
+    let first = api.get("/api/v1/events?topic=held&status=published").json;
+    let first = first["events"][1]["id"].as_str().expect("id").to_string();
+    let timeline = api.get(&format!("/api/v1/events/{first}/timeline")).json;
+    assert_eq!(timeline["event"]["payload"]["n"], -2);
+    assert_eq!(n(&timeline["later"]), vec![-1, 0, 1, 2, 3, 4]);
+    // Newest first across both sides, the status filter choosing one.
+    let all = api.get("/api/v1/events?key=k&limit=4").json;
+    assert_eq!(n(&all["events"]), vec![4, 3, 2, 1]);
+    let all = api.get("/api/v1/events?key=k&limit=100").json;
+    assert_eq!(n(&all["events"]), vec![4, 3, 2, 1, 0, -1, -2]);
+    let published = api.get("/api/v1/events?key=k&status=published").json;
+    assert_eq!(n(&published["events"]), vec![-1, -2]);
 
     let put = api.call(
         "PUT",
