@@ -60,6 +60,17 @@ fn bench_runs_every_scenario_and_writes_json() {
         serde_json::from_str(&std::fs::read_to_string(json.path()).expect("read")).expect("json");
     let figures = report["figures"].as_array().expect("figures");
     assert_eq!(figures.len(), 11);
+    // Every measured span says what it cost the machine: cores busy (of this machine's) and
+    // Redis CPU, so a speed figure can be read against saturation.
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+    for f in figures {
+        let busy = f["busy_cores"].as_f64().unwrap_or(-1.0);
+        assert!(busy > 0.0 && busy <= cores + 0.01, "busy cores of {f}");
+        assert!(
+            f["redis_cpu_seconds"].as_f64().is_some(),
+            "redis cpu of {f}"
+        );
+    }
     let latency = figures
         .iter()
         .find(|f| f["scenario"] == "latency at 200/s")

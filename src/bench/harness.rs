@@ -300,6 +300,8 @@ pub struct Drain {
     pub rss: f64,
     /// WAL bytes written during the drain.
     pub wal: f64,
+    /// Machine and Redis CPU during the drain.
+    pub load: super::machine::Load,
 }
 
 impl Drain {
@@ -313,6 +315,8 @@ impl Drain {
             cpu_seconds: (self.cpu > 0.0).then_some(self.cpu),
             peak_rss_mb: (self.rss > 0.0).then_some(self.rss),
             wal_bytes_per_event: Some(self.wal / self.events.max(1) as f64),
+            redis_cpu_seconds: self.load.redis_cpu,
+            busy_cores: self.load.busy_cores,
             ..Figure::default()
         }
     }
@@ -358,8 +362,11 @@ where
             conn.batch_execute(setup_sql).await?;
         }
         let wal_before = wal_position(&mut conn).await?;
+        let mut redis = redis_conn(&env.redis_url).await?;
+        let meter = super::machine::Meter::start(&mut redis).await;
         let started = Instant::now();
         let usage = body(&scratch).await?;
+        let load = meter.stop(&mut redis).await;
         let seconds = usage
             .seconds
             .unwrap_or_else(|| started.elapsed().as_secs_f64());
@@ -374,6 +381,7 @@ where
             cpu: usage.cpu,
             rss: usage.rss,
             wal,
+            load,
         })
     }
     .await;

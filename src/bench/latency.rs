@@ -30,6 +30,8 @@ pub struct Latency {
     pub cpu: f64,
     /// Relay peak RSS, MB.
     pub rss: f64,
+    /// Machine and Redis CPU while producing.
+    pub load: super::machine::Load,
 }
 
 fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
@@ -53,6 +55,8 @@ impl Latency {
             max_ms: self.samples.last().copied(),
             cpu_seconds: Some(self.cpu),
             peak_rss_mb: Some(self.rss),
+            redis_cpu_seconds: self.load.redis_cpu,
+            busy_cores: self.load.busy_cores,
             ..Figure::default()
         }
     }
@@ -182,6 +186,8 @@ async fn steady_in(
 
     // Producers: enough connections that commits (an fsync each) keep up with the rate.
     let producers = ((rate / 100) as usize).clamp(2, 64);
+    let mut meter_redis = harness::redis_conn(&env.redis_url).await?;
+    let meter = super::machine::Meter::start(&mut meter_redis).await;
     let started = Instant::now();
     let interval = Duration::from_secs_f64(1.0 / rate as f64);
     let mut tasks = Vec::new();
@@ -223,6 +229,7 @@ async fn steady_in(
         t.await??;
     }
     let produced_in = started.elapsed();
+    let load = meter.stop(&mut meter_redis).await;
     producing.store(false, std::sync::atomic::Ordering::SeqCst);
     consumer.await??;
     let (cpu, rss) = relay.stop();
@@ -250,5 +257,6 @@ async fn steady_in(
         samples,
         cpu,
         rss,
+        load,
     })
 }

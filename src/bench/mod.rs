@@ -10,6 +10,7 @@
 pub mod chart;
 pub mod harness;
 pub mod latency;
+pub mod machine;
 pub mod reference;
 pub mod report;
 

@@ -31,6 +31,10 @@ pub struct Figure {
     pub peak_rss_mb: Option<f64>,
     /// Postgres WAL bytes per event.
     pub wal_bytes_per_event: Option<f64>,
+    /// CPU seconds of the Redis server during the span.
+    pub redis_cpu_seconds: Option<f64>,
+    /// Average cores busy on the whole machine during the span (of the machine's cores).
+    pub busy_cores: Option<f64>,
     /// Why the scenario produced no figures.
     pub error: Option<String>,
 }
@@ -99,7 +103,7 @@ impl Report {
                 .unwrap_or_else(|| "-".into())
         }
         println!(
-            "{:<36} {:>9} {:>11} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9}",
+            "{:<36} {:>9} {:>11} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>8} {:>6}",
             "scenario",
             "events",
             "events/s",
@@ -109,11 +113,13 @@ impl Report {
             "max ms",
             "cpu s",
             "rss MB",
-            "WAL B/ev"
+            "WAL B/ev",
+            "redis s",
+            "busy"
         );
         for f in &self.figures {
             println!(
-                "{:<36} {:>9} {:>11} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9}",
+                "{:<36} {:>9} {:>11} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>8} {:>6}",
                 f.scenario,
                 f.events,
                 cell(f.events_per_sec, 0),
@@ -124,6 +130,8 @@ impl Report {
                 cell(f.cpu_seconds, 2),
                 cell(f.peak_rss_mb, 1),
                 cell(f.wal_bytes_per_event, 0),
+                cell(f.redis_cpu_seconds, 2),
+                cell(f.busy_cores, 2),
             );
         }
         for f in &self.figures {
