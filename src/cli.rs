@@ -50,6 +50,10 @@ pub struct BenchArgs {
     /// Published rows the bloat scenario's backlog sits behind.
     #[arg(long, default_value_t = 1_000_000)]
     pub bloat_rows: u64,
+    /// Rounds of the throughput scenarios; each reports its median round (this machine's
+    /// speed varies by ±20% from one minute to the next).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=20))]
+    pub repeat: u32,
     /// Only these scenarios (drain, replicas, bloat, hotkey, baseline, ceiling, latency).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,

@@ -56,6 +56,7 @@ fn main() -> ExitCode {
                 rates: b.rates,
                 polled_rates: b.polled_rates,
                 bloat_rows: b.bloat_rows,
+                repeat: b.repeat,
                 duration: b.duration,
                 only: b.only,
                 out_dir: b.out,

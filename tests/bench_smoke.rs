@@ -21,6 +21,8 @@ fn bench_runs_every_scenario_and_writes_json() {
             "300",
             "--bloat-rows",
             "5000",
+            "--repeat",
+            "2",
             "--duration",
             "2s",
             "--out",
@@ -71,6 +73,16 @@ fn bench_runs_every_scenario_and_writes_json() {
             "redis cpu of {f}"
         );
     }
+    // Two rounds: each throughput scenario reports its median and both rounds.
+    let keep = figures
+        .iter()
+        .find(|f| f["scenario"] == "drain (keep rows)")
+        .expect("drain");
+    let rounds = keep["rounds_events_per_sec"].as_array().expect("rounds");
+    assert_eq!(rounds.len(), 2, "{keep}");
+    assert!(rounds
+        .iter()
+        .any(|r| r.as_f64() == keep["events_per_sec"].as_f64()));
     let latency = figures
         .iter()
         .find(|f| f["scenario"] == "latency at 200/s")

@@ -35,6 +35,9 @@ pub struct Figure {
     pub redis_cpu_seconds: Option<f64>,
     /// Average cores busy on the whole machine during the span (of the machine's cores).
     pub busy_cores: Option<f64>,
+    /// Events/s of every round, in run order, when the scenario ran more than once.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub rounds_events_per_sec: Vec<f64>,
     /// Why the scenario produced no figures.
     pub error: Option<String>,
 }
@@ -50,6 +53,16 @@ pub struct Report {
     pub events: u64,
     /// Figures in run order.
     pub figures: Vec<Figure>,
+}
+
+impl Figure {
+    /// With the events/s of every round (kept only when there was more than one).
+    pub fn with_runs(mut self, rounds: Vec<f64>) -> Self {
+        if rounds.len() > 1 {
+            self.rounds_events_per_sec = rounds;
+        }
+        self
+    }
 }
 
 impl Report {
@@ -133,6 +146,16 @@ impl Report {
                 cell(f.redis_cpu_seconds, 2),
                 cell(f.busy_cores, 2),
             );
+        }
+        for f in &self.figures {
+            if !f.rounds_events_per_sec.is_empty() {
+                let rounds: Vec<String> = f
+                    .rounds_events_per_sec
+                    .iter()
+                    .map(|r| format!("{r:.0}"))
+                    .collect();
+                println!("{}: median of rounds {}", f.scenario, rounds.join(", "));
+            }
         }
         for f in &self.figures {
             if let Some(error) = &f.error {
