@@ -30,7 +30,8 @@ test-ui: services browser ## only the web UI tests (tests/ui.rs)
 screenshots: services browser ## retake docs/screenshots/*.png of every UI page
 	cargo test --test ui -- --ignored screenshots
 
-bench: services ## measure speed (release build): drain, latency, replicas, hot key, references; JSON in bench-results/
+BENCH_ARGS ?= --repeat 3
+bench: services ## measure speed (release build): drain, latency, replicas, hot key, references, median of 3 rounds; JSON in bench-results/
 	cargo run --release --quiet -- bench $(BENCH_ARGS)
 
 lint: ## formatting and clippy, warnings as errors
