@@ -81,6 +81,7 @@ pub async fn run_until(
         tokens: admin::auth::Tokens::from_settings(&settings.admin),
         wake: Some(relay.waker()),
         heartbeat_interval: settings.relay.heartbeat_interval,
+        published: Default::default(),
     };
     let server =
         admin::serve(state, addr).with_context(|| format!("cannot listen on admin.addr {addr}"))?;

@@ -5,6 +5,7 @@
 pub mod api;
 pub mod auth;
 pub mod caller;
+pub mod counts;
 pub mod health;
 pub mod ui;
 
@@ -41,6 +42,8 @@ pub struct AdminState {
     pub wake: Option<Recipient<Wake>>,
     /// `relay.heartbeat_interval`: a replica silent for a few of these is not alive.
     pub heartbeat_interval: Duration,
+    /// Published counts per topic, shared by every page and request of this replica.
+    pub published: Arc<counts::PublishedCache>,
 }
 
 /// Every route of the admin server.

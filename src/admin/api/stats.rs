@@ -1,5 +1,6 @@
 //! `GET /api/v1/stats`: the backlog at a glance, in total and per topic.
 
+use crate::admin::counts;
 use actix_web::{web, HttpResponse};
 use serde::Serialize;
 use utoipa::ToSchema;
@@ -65,7 +66,7 @@ impl From<events::TopicCounts> for TopicStats {
     responses((status = 200, body = StatsView), (status = 401), (status = 503)))]
 pub async fn get(state: web::Data<AdminState>) -> ApiResult<HttpResponse> {
     let mut conn = state.pool.get().await?;
-    let topics: Vec<TopicStats> = events::topic_counts(&mut conn, None)
+    let topics: Vec<TopicStats> = counts::topic_counts(&state.published, &mut conn, None)
         .await?
         .into_iter()
         .map(TopicStats::from)

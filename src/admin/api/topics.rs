@@ -1,5 +1,6 @@
 //! `/api/v1/topics`: per-topic counts and settings; pause, resume, and stream trimming.
 
+use crate::admin::counts;
 use actix_web::{web, HttpResponse};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -9,21 +10,21 @@ use super::stats::TopicStats;
 use super::{valid_topic, wake_claimer};
 use crate::admin::caller::Caller;
 use crate::admin::AdminState;
-use crate::db::{events, topics};
+use crate::db::topics;
 
 /// Every topic with events or settings, with its counts.
 #[utoipa::path(get, path = "/api/v1/topics", tag = "topics",
     responses((status = 200, body = [TopicStats]), (status = 401), (status = 503)))]
 pub async fn list(state: web::Data<AdminState>) -> ApiResult<HttpResponse> {
     let mut conn = state.pool.get().await?;
-    let rows = events::topic_counts(&mut conn, None).await?;
+    let rows = counts::topic_counts(&state.published, &mut conn, None).await?;
     let view: Vec<TopicStats> = rows.into_iter().map(TopicStats::from).collect();
     Ok(HttpResponse::Ok().json(view))
 }
 
 async fn one(state: &AdminState, topic: &str) -> ApiResult<TopicStats> {
     let mut conn = state.pool.get().await?;
-    let row = events::topic_counts(&mut conn, Some(topic))
+    let row = counts::topic_counts(&state.published, &mut conn, Some(topic))
         .await?
         .into_iter()
         .next();

@@ -4,6 +4,7 @@
 //! The charts sum the per-minute counts every live replica reports with its heartbeat
 //! (`relay::throughput`), so any replica behind a Service draws the whole cluster's hour.
 
+use crate::admin::counts;
 use actix_web::{web, HttpRequest, HttpResponse};
 use maud::{html, Markup};
 use serde::Deserialize;
@@ -78,7 +79,7 @@ pub async fn page(
 ) -> Result<HttpResponse, UiError> {
     let (topics, flight) = {
         let mut conn = super::conn(&state).await?;
-        let topics = events::topic_counts(&mut conn, None).await?;
+        let topics = counts::topic_counts(&state.published, &mut conn, None).await?;
         (topics, events::flight(&mut conn).await?)
     };
     let minutes = cluster_minutes(&state).await?;

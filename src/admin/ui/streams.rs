@@ -1,6 +1,7 @@
 //! The Streams page: each topic's Redis stream (length, first and last entry) and its
 //! consumer groups (lag, pending, oldest pending message), from read-only XINFO/XPENDING.
 
+use crate::admin::counts;
 use actix_web::{web, HttpRequest, HttpResponse};
 use maud::{html, Markup};
 
@@ -8,7 +9,6 @@ use super::layout::{self, Nav};
 use super::session::Session;
 use super::UiError;
 use crate::admin::AdminState;
-use crate::db::events;
 use crate::publish::inspect::StreamInfo;
 
 /// An entry id with the age its milliseconds part tells.
@@ -105,7 +105,7 @@ pub async fn page(
 ) -> Result<HttpResponse, UiError> {
     let topics: Vec<String> = {
         let mut conn = super::conn(&state).await?;
-        events::topic_counts(&mut conn, None)
+        counts::topic_counts(&state.published, &mut conn, None)
             .await?
             .into_iter()
             .map(|t| t.topic)
