@@ -51,6 +51,7 @@ pub async fn run_until(
     let limits = SessionLimits {
         lease: settings.relay.lease,
     };
+    db::prepared::enable(settings.database.prepared_statements);
     let pool = db::pool::build(&url, settings.database.pool_size, limits);
     let conn =
         Publisher::connect(&settings.redis.url, settings.redis.timeout).context("redis.url")?;

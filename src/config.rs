@@ -63,6 +63,10 @@ pub struct DatabaseSettings {
     pub url: Option<String>,
     /// Pooled connections per replica (the claim loop, maintenance and the admin share them).
     pub pool_size: u32,
+    /// Keep the claim cycle's statements prepared on each connection. Off behind a pooler in
+    /// transaction mode that does not carry prepared statements across server connections
+    /// (PgBouncer before 1.21, or its `max_prepared_statements = 0`).
+    pub prepared_statements: bool,
 }
 
 /// Redis settings.
@@ -155,6 +159,7 @@ impl Default for DatabaseSettings {
         DatabaseSettings {
             url: None,
             pool_size: 8,
+            prepared_statements: true,
         }
     }
 }

@@ -135,6 +135,44 @@ async fn delete_mode_removes_rows_at_publish_time() {
     assert_eq!(redis.xlen("t0").await + redis.xlen("t1").await, 3_000);
 }
 
+/// Behind a pooler in transaction mode that cannot carry prepared statements, the switch turns
+/// them off; delivery and per-key order are the same.
+#[tokio::test(flavor = "multi_thread")]
+async fn without_prepared_statements_every_event_arrives_in_key_order() {
+    let db = TestDb::new().await;
+    let redis = TestRedis::shared();
+    insert_events(&db, 2_000, 2, 10).await;
+    let mut env = base_env(&db, &redis);
+    env.push((
+        "OUTBOX__DATABASE__PREPARED_STATEMENTS".into(),
+        "false".into(),
+    ));
+    let _relay = RelayProc::spawn("r1", &env);
+    db.wait_for(
+        "SELECT count(*) FROM outbox WHERE published_at IS NULL",
+        0,
+        Duration::from_secs(60),
+    )
+    .await;
+    let mut last: HashMap<String, i64> = HashMap::new();
+    let mut total = 0;
+    for topic in ["t0", "t1"] {
+        for entry in redis.entries(topic).await {
+            total += 1;
+            let Some(key) = entry.get("key") else {
+                continue;
+            };
+            // `i` grows with insertion order (insert_events).
+            let payload: serde_json::Value =
+                serde_json::from_str(&entry["payload"]).expect("payload json");
+            let i = payload["i"].as_i64().expect("payload.i");
+            let before = last.insert(format!("{topic}/{key}"), i).unwrap_or(0);
+            assert!(i > before, "{topic}/{key}: event {i} after {before}");
+        }
+    }
+    assert_eq!(total, 2_000);
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn future_available_at_waits_and_sql_enqueue_works() {
     let db = TestDb::new().await;

@@ -11,9 +11,21 @@
 //! runs send only Bind/Execute. Postgres chooses between custom and generic plans as usual.
 //! Never wrap a statement whose text carries input: every distinct text is a cache entry.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use diesel::pg::Pg;
 use diesel::query_builder::{AstPass, Query, QueryFragment, QueryId};
 use diesel::QueryResult;
+
+/// `database.prepared_statements`. Process-wide because it describes the database path
+/// (a pooler in transaction mode or not), the same for every connection of the process.
+static ENABLED: AtomicBool = AtomicBool::new(true);
+
+/// Sets `database.prepared_statements`; when off, [`prepared`] statements are parsed on
+/// every run like any `sql_query`.
+pub fn enable(on: bool) {
+    ENABLED.store(on, Ordering::Relaxed);
+}
 
 /// A statement diesel-async may keep prepared on its connection; see the module docs.
 #[derive(Debug, Clone)]
@@ -32,7 +44,7 @@ impl<Q: QueryFragment<Pg>> QueryFragment<Pg> for Prepared<Q> {
     // The one thing this wrapper changes: the inner query's walk says "unsafe", because
     // `sql_query` cannot know its text is constant. Callers promise that it is.
     fn is_safe_to_cache_prepared(&self, _backend: &Pg) -> QueryResult<bool> {
-        Ok(true)
+        Ok(ENABLED.load(Ordering::Relaxed))
     }
 }
 
@@ -44,4 +56,25 @@ impl<Q> QueryId for Prepared<Q> {
 
 impl<Q: Query> Query for Prepared<Q> {
     type SqlType = Q::SqlType;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_switch_decides_whether_a_statement_is_cached() {
+        let query = prepared(diesel::sql_query("SELECT 1"));
+        assert_eq!(
+            diesel::sql_query("SELECT 1")
+                .is_safe_to_cache_prepared(&Pg)
+                .ok(),
+            Some(false)
+        );
+        assert_eq!(query.is_safe_to_cache_prepared(&Pg).ok(), Some(true));
+        enable(false);
+        let off = query.is_safe_to_cache_prepared(&Pg).ok();
+        enable(true);
+        assert_eq!(off, Some(false));
+    }
 }
