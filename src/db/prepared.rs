@@ -8,7 +8,9 @@
 //!
 //! [`prepared`] wraps a `sql_query` whose text is a constant (or built only from constants)
 //! and lets diesel-async cache it per connection, keyed by its text and bind types: later
-//! runs send only Bind/Execute. Postgres chooses between custom and generic plans as usual.
+//! runs send only Bind/Execute. The claim transaction still has each run planned anew
+//! (`outbox::tune_relay_transaction`): a cached generic plan outlives the table size it was
+//! made for. `database.prepared_statements = false` turns the caching off (see [`enable`]).
 //! Never wrap a statement whose text carries input: every distinct text is a cache entry.
 
 use std::sync::atomic::{AtomicBool, Ordering};
