@@ -144,6 +144,9 @@ pub struct RelaySettings {
     pub batch_size: u32,
     /// Claim transactions a replica runs at once while there is a backlog (one when idle).
     pub workers: u32,
+    /// Mark a batch published while its publish runs, in the same transaction (see
+    /// `relay::overlap`); off publishes first, then marks what reached its stream.
+    pub overlap_mark: bool,
     /// Fallback poll interval when no notification arrives (also the retry-due check).
     #[serde(with = "humantime_serde")]
     pub poll_interval: Duration,
@@ -213,6 +216,7 @@ impl Default for RelaySettings {
             lease: Duration::from_secs(30),
             batch_size: 1000,
             workers: 2,
+            overlap_mark: true,
             poll_interval: Duration::from_secs(1),
             poll_only: false,
             heartbeat_interval: Duration::from_secs(5),

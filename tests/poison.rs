@@ -10,6 +10,19 @@ use redis::AsyncCommands;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn wrongtype_events_die_after_max_attempts_while_others_flow() {
+    wrongtype_case(true).await;
+}
+
+/// The same with `relay.overlap_mark = false`: publish first, then mark.
+#[tokio::test(flavor = "multi_thread")]
+async fn wrongtype_events_die_the_same_when_publishing_first() {
+    wrongtype_case(false).await;
+}
+
+/// Poison shares batches with good events. With the overlapped mark every such batch is
+/// rolled back and redone: the good events must still land once each, and must not be
+/// reported as crash-recovery duplicates.
+async fn wrongtype_case(overlap: bool) {
     let db = TestDb::new().await;
     let redis = TestRedis::shared();
     let mut c = redis.conn().await;
@@ -19,13 +32,14 @@ async fn wrongtype_events_die_after_max_attempts_while_others_flow() {
         .expect("plant poison");
     let mut env = base_env(&db, &redis);
     env.push(("OUTBOX__RETRY__MAX_ATTEMPTS".into(), "3".into()));
+    env.push(("OUTBOX__RELAY__OVERLAP_MARK".into(), overlap.to_string()));
     db.exec(
         "INSERT INTO outbox (topic, payload, partition_key) VALUES
            ('bad', '{\"n\":1}', 'kb'), ('bad', '{\"n\":2}', 'kb'), ('bad', '{\"n\":3}', NULL)",
     )
     .await;
     insert_events(&db, 2_000, 2, 10).await;
-    let _relay = RelayProc::spawn("poison", &env);
+    let relay = RelayProc::spawn("poison", &env);
     db.wait_for(
         "SELECT count(*) FROM outbox WHERE topic <> 'bad' AND published_at IS NULL",
         0,
@@ -47,6 +61,24 @@ async fn wrongtype_events_die_after_max_attempts_while_others_flow() {
         db.scalar("SELECT count(*) FROM outbox WHERE topic <> 'bad' AND attempts > 0")
             .await,
         0
+    );
+    let mut ids = std::collections::HashSet::new();
+    let mut entries = 0;
+    for topic in ["t0", "t1"] {
+        for e in redis.entries(topic).await {
+            entries += 1;
+            ids.insert(e["id"].clone());
+        }
+    }
+    assert_eq!((entries, ids.len()), (2_000, 2_000), "each good event once");
+    let metrics = relay.body("/metrics");
+    assert!(
+        !metrics.contains("outbox_events_duplicate_total"),
+        "redone batches counted as duplicates:\n{metrics}"
+    );
+    assert!(
+        metrics.contains("outbox_events_published_total"),
+        "{metrics}"
     );
 }
 

@@ -6,7 +6,7 @@
 //! locks; the events are claimed again, and the Redis-side dedup refuses the second XADD of
 //! any that had reached their stream. An outage rolls back too: no attempt is consumed.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use actix::Addr;
@@ -18,6 +18,7 @@ use uuid::Uuid;
 use super::dispatcher::Dispatchers;
 use super::messages::{Fault, PlanRetries, Publish};
 use super::ordering::{self, Claimed};
+use super::overlap::Overlap;
 use super::retry::RetryScheduler;
 use crate::db::outbox::{self, ClaimedRow, HeadScan};
 use crate::db::{topics, DbError, Pool};
@@ -39,6 +40,8 @@ pub struct CycleDeps {
     pub batch_size: i64,
     /// Delete published rows in the same transaction (`retention.published_for = 0s`).
     pub delete_on_publish: bool,
+    /// Whether the mark may run beside the publish.
+    pub overlap: Overlap,
 }
 
 /// What one cycle did.
@@ -109,17 +112,85 @@ fn to_stream_event(row: &ClaimedRow) -> StreamEvent {
 }
 
 /// Claims, publishes and records one batch.
+///
+/// With overlap allowed (see [`Overlap`]) the mark runs beside the publish; if an event then
+/// fails, that transaction rolls back and the batch is redone publish-first.
 pub async fn run_once(deps: &CycleDeps) -> Result<CycleReport, CycleError> {
     let started = Instant::now();
     let mut conn = deps.pool.get().await.map_err(DbError::from)?;
-    let mut report = conn
-        .transaction::<_, CycleError, _>(async |c| {
-            outbox::tune_relay_transaction(c).await?;
-            claim_and_publish(c, deps).await
-        })
-        .await?;
+    let first = attempt(&mut conn, deps, deps.overlap.allowed(), &HashSet::new()).await;
+    let mut report = match first {
+        Ok(report) => report,
+        Err(Attempt::Failed(error)) => return Err(error),
+        Err(Attempt::Redo(appended)) => {
+            deps.overlap.be_careful();
+            tracing::debug!(
+                appended = appended.len(),
+                "an event failed in an overlapped cycle: rolled back, publishing first"
+            );
+            attempt(&mut conn, deps, false, &appended)
+                .await
+                .map_err(Attempt::into_cycle_error)?
+        }
+    };
     report.elapsed = started.elapsed();
     Ok(report)
+}
+
+/// Why one transaction of a cycle ended without committing.
+#[derive(Debug)]
+enum Attempt {
+    /// Rolled back for a reason that is nobody's fault.
+    Failed(CycleError),
+    /// An overlapped mark met a failing event; these events were appended before the rollback.
+    Redo(HashSet<Uuid>),
+}
+
+impl Attempt {
+    fn into_cycle_error(self) -> CycleError {
+        match self {
+            Attempt::Failed(error) => error,
+            // Only an overlapped attempt asks for a redo, and the redo is not overlapped.
+            Attempt::Redo(_) => CycleError::Retry("redo asked for a second redo".into()),
+        }
+    }
+}
+
+impl From<CycleError> for Attempt {
+    fn from(e: CycleError) -> Self {
+        Attempt::Failed(e)
+    }
+}
+
+impl From<DbError> for Attempt {
+    fn from(e: DbError) -> Self {
+        Attempt::Failed(e.into())
+    }
+}
+
+impl From<diesel::result::Error> for Attempt {
+    fn from(e: diesel::result::Error) -> Self {
+        Attempt::Failed(e.into())
+    }
+}
+
+impl From<PublishError> for Attempt {
+    fn from(e: PublishError) -> Self {
+        Attempt::Failed(e.into())
+    }
+}
+
+async fn attempt(
+    conn: &mut diesel_async::AsyncPgConnection,
+    deps: &CycleDeps,
+    overlap: bool,
+    appended: &HashSet<Uuid>,
+) -> Result<CycleReport, Attempt> {
+    conn.transaction::<_, Attempt, _>(async |c| {
+        outbox::tune_relay_transaction(c).await?;
+        claim_and_publish(c, deps, overlap, appended).await
+    })
+    .await
 }
 
 /// The claim half of a cycle, in the caller's transaction: locks heads, drops paused
@@ -201,7 +272,9 @@ pub async fn claim_chains(
 async fn claim_and_publish(
     c: &mut diesel_async::AsyncPgConnection,
     deps: &CycleDeps,
-) -> Result<CycleReport, CycleError> {
+    overlap: bool,
+    appended: &HashSet<Uuid>,
+) -> Result<CycleReport, Attempt> {
     let mut report = CycleReport::default();
     let Claim {
         chains,
@@ -248,16 +321,26 @@ async fn claim_and_publish(
             (topic, result)
         }
     });
-    let results = join_all(calls).await;
+    let results = if overlap {
+        let all: Vec<&str> = ctids.values().copied().collect();
+        let (results, marked) = futures::join!(join_all(calls), settle(c, deps, &all));
+        marked?;
+        results
+    } else {
+        join_all(calls).await
+    };
     let t_publish = t_claimed.elapsed();
 
     let now = Utc::now();
     let mut done: Vec<&str> = Vec::new();
     let mut faults: Vec<Fault> = Vec::new();
+    let mut unsettled = false;
+    let mut newly: HashSet<Uuid> = HashSet::new();
     for (topic, result) in results {
         for (id, outcome) in result? {
             match outcome {
                 Outcome::Published(_) => {
+                    newly.insert(id);
                     *report.published.entry(topic.clone()).or_default() += 1;
                     if let Some(at) = created.get(&id) {
                         report
@@ -266,11 +349,17 @@ async fn claim_and_publish(
                     }
                     done.extend(ctids.get(&id));
                 }
+                // Appended by this cycle's own overlapped attempt, rolled back since.
+                Outcome::Duplicate if appended.contains(&id) => {
+                    *report.published.entry(topic.clone()).or_default() += 1;
+                    done.extend(ctids.get(&id));
+                }
                 Outcome::Duplicate => {
                     report.duplicates += 1;
                     done.extend(ctids.get(&id));
                 }
                 Outcome::Failed(error) => {
+                    unsettled = true;
                     report.failed += 1;
                     faults.push(Fault {
                         id,
@@ -278,16 +367,22 @@ async fn claim_and_publish(
                         error,
                     });
                 }
-                Outcome::Skipped => report.deferred += 1,
+                Outcome::Skipped => {
+                    unsettled = true;
+                    report.deferred += 1;
+                }
             }
         }
     }
-    if deps.delete_on_publish {
-        outbox::delete_published(c, &done).await?;
+    if overlap {
+        if unsettled {
+            // The mark also covered events that must stay pending: roll it all back.
+            return Err(Attempt::Redo(newly));
+        }
     } else {
-        outbox::mark_published(c, &done).await?;
+        settle(c, deps, &done).await?;
     }
-    tracing::trace!(?t_publish, t_mark = ?t_claimed.elapsed(), "cycle phases after claim");
+    tracing::trace!(?t_publish, t_mark = ?t_claimed.elapsed(), overlap, "cycle phases after claim");
     if !faults.is_empty() {
         let failures = deps
             .retry
@@ -297,4 +392,17 @@ async fn claim_and_publish(
         outbox::schedule_retry(c, &failures).await?;
     }
     Ok(report)
+}
+
+/// Marks published (or deletes, in `published_for = 0s` mode) the rows at `ctids`.
+async fn settle(
+    c: &mut diesel_async::AsyncPgConnection,
+    deps: &CycleDeps,
+    ctids: &[&str],
+) -> Result<usize, DbError> {
+    if deps.delete_on_publish {
+        outbox::delete_published(c, ctids).await
+    } else {
+        outbox::mark_published(c, ctids).await
+    }
 }

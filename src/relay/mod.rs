@@ -19,6 +19,7 @@ pub mod heartbeat;
 pub mod listener;
 pub mod messages;
 pub mod ordering;
+pub mod overlap;
 pub mod periodic;
 pub mod retry;
 pub mod stats;
@@ -65,6 +66,7 @@ pub fn start(
     let delete_on_publish = settings.delete_on_publish();
     let poll_interval = settings.relay.poll_interval;
     let workers = settings.relay.workers as usize;
+    let overlap_mark = settings.relay.overlap_mark;
     let claimer_pool = pool.clone();
     let claimer = Supervisor::start(move |ctx: &mut actix::Context<Claimer>| {
         let me = actix::AsyncContext::address(ctx).recipient();
@@ -75,6 +77,7 @@ pub fn start(
             retry,
             batch_size,
             delete_on_publish,
+            overlap: overlap::Overlap::new(overlap_mark),
         };
         Claimer::new(deps, health, poll_interval, workers)
     });
