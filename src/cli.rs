@@ -44,6 +44,9 @@ pub struct BenchArgs {
     /// Steady rates measured again with NOTIFY off and the relay polling every 10 ms.
     #[arg(long, value_delimiter = ',', default_value = "5000")]
     pub polled_rates: Vec<u64>,
+    /// Steady rates measured again with producers always notifying (`relay.quiet_above = 0`).
+    #[arg(long, value_delimiter = ',', default_value = "5000")]
+    pub notify_always_rates: Vec<u64>,
     /// Duration of each steady rate.
     #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
     pub duration: std::time::Duration,

@@ -147,6 +147,9 @@ pub struct RelaySettings {
     /// Mark a batch published while its publish runs, in the same transaction (see
     /// `relay::overlap`); off publishes first, then marks what reached its stream.
     pub overlap_mark: bool,
+    /// While events arrive faster than this (events/s), producers stop notifying and the
+    /// relays poll every 5 ms (see `relay::quiet`); 0 keeps NOTIFY always.
+    pub quiet_above: u32,
     /// Fallback poll interval when no notification arrives (also the retry-due check).
     #[serde(with = "humantime_serde")]
     pub poll_interval: Duration,
@@ -217,6 +220,7 @@ impl Default for RelaySettings {
             batch_size: 1000,
             workers: 2,
             overlap_mark: true,
+            quiet_above: 1500,
             poll_interval: Duration::from_secs(1),
             poll_only: false,
             heartbeat_interval: Duration::from_secs(5),

@@ -55,6 +55,7 @@ fn main() -> ExitCode {
                 events: b.events,
                 rates: b.rates,
                 polled_rates: b.polled_rates,
+                notify_always_rates: b.notify_always_rates,
                 bloat_rows: b.bloat_rows,
                 repeat: b.repeat,
                 duration: b.duration,

@@ -51,6 +51,11 @@ pub fn install_metrics() -> Option<PrometheusHandle> {
         "outbox_event_latency_seconds",
         "From the event's insert to its stream entry"
     );
+    metrics::describe_gauge!(
+        "outbox_producers_quiet",
+        "1 while this replica claims continuously and has asked producers not to NOTIFY"
+    );
+    gauge!("outbox_producers_quiet").set(0.0);
     gauge!("outbox_events_pending").set(0.0);
     gauge!("outbox_events_dead").set(0.0);
     gauge!("outbox_oldest_pending_age_seconds").set(0.0);
@@ -90,6 +95,15 @@ pub fn cycle_failed(error: &CycleError, streak: u32) {
     if streak == 1 || streak.is_power_of_two() {
         tracing::warn!(streak, "claim cycle failed, backing off: {error}");
     }
+}
+
+/// This replica quiets producers' NOTIFY and polls fast (true), or stopped doing so.
+pub fn producers_quiet(on: bool) {
+    gauge!("outbox_producers_quiet").set(if on { 1.0 } else { 0.0 });
+    tracing::debug!(
+        on,
+        "producers' NOTIFY quieted while this replica claims continuously"
+    );
 }
 
 /// Cycles succeed again after an outage.

@@ -19,6 +19,8 @@ fn bench_runs_every_scenario_and_writes_json() {
             "200",
             "--polled-rates",
             "300",
+            "--notify-always-rates",
+            "250",
             "--bloat-rows",
             "5000",
             "--repeat",
@@ -46,6 +48,7 @@ fn bench_runs_every_scenario_and_writes_json() {
         "ceiling: relay SQL",
         "latency at 200/s",
         "latency at 300/s, poll 10ms",
+        "latency at 250/s, NOTIFY always",
         "bloat: behind 5000 published rows",
         "bloat / clean drain",
         "drain / seed algorithm",
@@ -61,7 +64,7 @@ fn bench_runs_every_scenario_and_writes_json() {
     let report: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(json.path()).expect("read")).expect("json");
     let figures = report["figures"].as_array().expect("figures");
-    assert_eq!(figures.len(), 11);
+    assert_eq!(figures.len(), 12);
     // Every measured span says what it cost the machine: cores busy (of this machine's) and
     // Redis CPU, so a speed figure can be read against saturation.
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;

@@ -62,15 +62,11 @@ async fn wrongtype_case(overlap: bool) {
             .await,
         0
     );
-    let mut ids = std::collections::HashSet::new();
-    let mut entries = 0;
-    for topic in ["t0", "t1"] {
-        for e in redis.entries(topic).await {
-            entries += 1;
-            ids.insert(e["id"].clone());
-        }
-    }
-    assert_eq!((entries, ids.len()), (2_000, 2_000), "each good event once");
+    assert_eq!(
+        assert_exactly_once(&redis, 2).await,
+        2_000,
+        "each good event once"
+    );
     let metrics = relay.body("/metrics");
     assert!(
         !metrics.contains("outbox_events_duplicate_total"),

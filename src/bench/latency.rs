@@ -71,8 +71,11 @@ struct Inserted {
 /// How the relay learns of new events in a steady run.
 #[derive(Debug, Clone, Copy)]
 pub enum Wakeup {
-    /// The outbox trigger's NOTIFY (the default configuration).
+    /// The outbox trigger's NOTIFY, quieted while the relay claims continuously (the
+    /// default configuration).
     Notify,
+    /// NOTIFY on every commit (`relay.quiet_above = 0`).
+    NotifyAlways,
     /// `outbox.notify = 'off'` for the database, and the relay polls at this interval
     /// (`relay.poll_only`): what the README recommends where producers commit many small
     /// transactions concurrently, since notifying commits are serialized by Postgres.
@@ -84,6 +87,7 @@ impl Wakeup {
     pub fn scenario(&self, rate: u64) -> String {
         match self {
             Wakeup::Notify => format!("latency at {rate}/s"),
+            Wakeup::NotifyAlways => format!("latency at {rate}/s, NOTIFY always"),
             Wakeup::Poll(every) => format!(
                 "latency at {rate}/s, poll {}",
                 humantime::format_duration(*every)
@@ -124,6 +128,9 @@ async fn steady_in(
         poll_ms = format!("{}ms", every.as_millis().max(1));
         relay_env.push(("OUTBOX__RELAY__POLL_INTERVAL", &poll_ms));
         relay_env.push(("OUTBOX__RELAY__POLL_ONLY", "true"));
+    }
+    if let Wakeup::NotifyAlways = wakeup {
+        relay_env.push(("OUTBOX__RELAY__QUIET_ABOVE", "0"));
     }
     let relay = RelayProcess::start(scratch, env, "bench-latency", &relay_env)?;
     // Let the relay connect and LISTEN before the clock starts.

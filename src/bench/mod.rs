@@ -35,6 +35,8 @@ pub struct BenchOptions {
     /// Steady rates measured again with NOTIFY switched off and the relay polling every
     /// [`POLLED_INTERVAL`].
     pub polled_rates: Vec<u64>,
+    /// Steady rates measured again with producers always notifying (no quieting).
+    pub notify_always_rates: Vec<u64>,
     /// How long each steady rate runs.
     pub duration: Duration,
     /// Published rows waiting for retention in the bloat scenario.
@@ -136,7 +138,11 @@ pub async fn run(options: BenchOptions) -> anyhow::Result<Report> {
             .polled_rates
             .iter()
             .map(|&r| (r, Wakeup::Poll(POLLED_INTERVAL)));
-        for (rate, wakeup) in notified.chain(polled) {
+        let always = options
+            .notify_always_rates
+            .iter()
+            .map(|&r| (r, Wakeup::NotifyAlways));
+        for (rate, wakeup) in notified.chain(always).chain(polled) {
             let name = wakeup.scenario(rate);
             let r = latency::steady(&env, rate, options.duration, wakeup).await;
             report.record(&name, r.map(|l| l.figure(&name)));

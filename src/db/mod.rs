@@ -14,6 +14,7 @@ pub mod prepared;
 pub mod replicas;
 pub mod schema;
 pub mod topics;
+pub mod wake;
 
 pub use pool::{Pool, PooledConn};
 

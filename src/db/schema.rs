@@ -59,10 +59,18 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    outbox_wake (singleton) {
+        singleton -> Bool,
+        busy_until -> Timestamptz,
+    }
+}
+
 diesel::allow_tables_to_appear_in_same_query!(
     outbox,
     outbox_audit,
     outbox_idempotency,
     outbox_replicas,
     outbox_topics,
+    outbox_wake,
 );

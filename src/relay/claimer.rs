@@ -6,7 +6,7 @@
 //! It never panics and never stops on an error: a failed cycle is logged, counted and retried.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use actix::{
     Actor, ActorFutureExt, AsyncContext, Context, Handler, ResponseFuture, Supervised, WrapFuture,
@@ -18,6 +18,7 @@ use super::backoff;
 use super::cycle::{run_once, CycleDeps, CycleError, CycleReport};
 use super::health::Health;
 use super::messages::{Drain, Wake};
+use super::quiet::{self, Quiet};
 
 /// Claims and publishes batches.
 pub struct Claimer {
@@ -31,16 +32,21 @@ pub struct Claimer {
     drained: Vec<oneshot::Sender<()>>,
     outage_streak: u32,
     backing_off: bool,
+    quiet: Quiet,
+    announcing: bool,
+    fast_polling: bool,
 }
 
 impl Claimer {
     /// A claimer that polls at least every `poll_interval` and runs up to `workers` claim
-    /// transactions at once (they skip each other's locked rows like separate replicas do).
+    /// transactions at once (they skip each other's locked rows like separate replicas do),
+    /// and quiets producers' NOTIFY while events arrive faster than `quiet_above` per second.
     pub fn new(
         deps: CycleDeps,
         health: Arc<Health>,
         poll_interval: Duration,
         workers: usize,
+        quiet_above: u32,
     ) -> Self {
         Claimer {
             deps,
@@ -53,7 +59,51 @@ impl Claimer {
             drained: Vec::new(),
             outage_streak: 0,
             backing_off: false,
+            quiet: Quiet::new(quiet_above, Instant::now()),
+            announcing: false,
+            fast_polling: false,
         }
+    }
+
+    /// Writes the announcement that quiets producers (see `quiet`), one write at a time.
+    fn announce(&mut self, ctx: &mut Context<Self>) {
+        if self.announcing {
+            return;
+        }
+        self.announcing = true;
+        let pool = self.deps.pool.clone();
+        let write = async move {
+            let mut conn = pool.get().await.map_err(crate::db::DbError::from)?;
+            crate::db::wake::announce_busy(&mut conn, quiet::QUIET_FOR).await
+        }
+        .into_actor(self)
+        .map(|result, act, ctx| {
+            act.announcing = false;
+            match result {
+                Ok(()) => {
+                    act.quiet.announced(Instant::now());
+                    if !act.fast_polling {
+                        act.fast_polling = true;
+                        crate::telemetry::producers_quiet(true);
+                        act.fast_poll(ctx);
+                    }
+                }
+                // Producers keep notifying: nothing is late, only their commits are slower.
+                Err(error) => tracing::debug!("could not quiet producers: {error}"),
+            }
+        });
+        ctx.spawn(write);
+    }
+
+    /// While producers may not notify, look for work every `FAST_POLL`.
+    fn fast_poll(&mut self, ctx: &mut Context<Self>) {
+        if !self.quiet.polling_fast(Instant::now()) {
+            self.fast_polling = false;
+            crate::telemetry::producers_quiet(false);
+            return;
+        }
+        self.wake(ctx);
+        ctx.run_later(quiet::FAST_POLL, |act, ctx| act.fast_poll(ctx));
     }
 
     /// Something may be waiting (a notification, the poll timer, a retry coming due).
@@ -97,6 +147,9 @@ impl Claimer {
                 crate::telemetry::cycle_done(&report);
                 backlog = report.heads as i64 >= self.deps.batch_size;
                 progressed = report.claimed > 0;
+                if self.quiet.record(report.max_seq, Instant::now()) {
+                    self.announce(ctx);
+                }
             }
             Err(error) => {
                 self.outage_streak = self.outage_streak.saturating_add(1);
@@ -158,6 +211,8 @@ impl Supervised for Claimer {
         tracing::warn!("claimer restarting");
         self.in_flight = 0;
         self.backing_off = false;
+        self.announcing = false;
+        self.fast_polling = false;
     }
 }
 

@@ -63,6 +63,8 @@ pub struct CycleReport {
     pub elapsed: Duration,
     /// Commit-to-stream latency of each newly published event.
     pub latencies: Vec<Duration>,
+    /// The highest `seq` claimed: how far arrivals have got (see `quiet`).
+    pub max_seq: Option<i64>,
 }
 
 /// Why a cycle was rolled back. Neither kind is an event's fault.
@@ -288,6 +290,7 @@ async fn claim_and_publish(
         return Ok(report);
     }
     let t_claimed = Instant::now();
+    report.max_seq = chains.iter().flatten().map(|row| row.seq).max();
 
     let mut attempts: HashMap<Uuid, i32> = HashMap::new();
     let mut created: HashMap<Uuid, chrono::DateTime<Utc>> = HashMap::new();

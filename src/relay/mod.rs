@@ -21,6 +21,7 @@ pub mod messages;
 pub mod ordering;
 pub mod overlap;
 pub mod periodic;
+pub mod quiet;
 pub mod retry;
 pub mod stats;
 pub mod throughput;
@@ -67,6 +68,7 @@ pub fn start(
     let poll_interval = settings.relay.poll_interval;
     let workers = settings.relay.workers as usize;
     let overlap_mark = settings.relay.overlap_mark;
+    let quiet_above = settings.relay.quiet_above;
     let claimer_pool = pool.clone();
     let claimer = Supervisor::start(move |ctx: &mut actix::Context<Claimer>| {
         let me = actix::AsyncContext::address(ctx).recipient();
@@ -79,7 +81,7 @@ pub fn start(
             delete_on_publish,
             overlap: overlap::Overlap::new(overlap_mark),
         };
-        Claimer::new(deps, health, poll_interval, workers)
+        Claimer::new(deps, health, poll_interval, workers, quiet_above)
     });
     if !settings.relay.poll_only {
         let limits = SessionLimits {

@@ -417,11 +417,12 @@ pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
     Some((status, body))
 }
 
-/// Inserts `n` events with SQL: topics t0..t{topics-1}, keys k0..k{keys-1} (every 4th unkeyed).
+/// Inserts `n` events with SQL: topics t0..t{topics-1}, keys k0..k{keys-1} (every 4th unkeyed);
+/// payload `n` counts in insertion order, so `assert_exactly_once` can check per-key order.
 pub async fn insert_events(db: &TestDb, n: usize, topics: usize, keys: usize) {
     db.exec(&format!(
         "INSERT INTO outbox (topic, payload, partition_key, headers)
-         SELECT 't' || (i % {topics}), jsonb_build_object('i', i, 'text', 'héllo \"quoted\" <b>'),
+         SELECT 't' || (i % {topics}), jsonb_build_object('i', i, 'n', i, 'text', 'héllo \"quoted\" <b>'),
                 CASE WHEN i % 4 = 0 THEN NULL ELSE 'k' || (i % {keys}) END,
                 jsonb_build_object('trace', 'tr-' || i)
          FROM generate_series(1, {n}) AS i"
