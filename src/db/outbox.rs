@@ -85,6 +85,10 @@ pub async fn claim_heads(
         // The LATERAL fixes the plan (candidates first, one index lookup each): left to
         // itself, on a table without fresh statistics the planner looped over every pending
         // row for each candidate (7 s for 2,000).
+        // The limit applies after the locks, not to the candidates: the nested loop walks
+        // candidates oldest first, skips those another claimer holds and stops at `$1`
+        // locked. Limiting the candidates first gave every concurrent claimer the same
+        // 1,000, which the first one held: the others came back empty.
         HeadScan::Oldest(window) => (
             format!(
                 "WITH w AS MATERIALIZED (
@@ -97,12 +101,14 @@ pub async fn claim_heads(
                          UNION ALL
                          SELECT min(seq) FROM w WHERE partition_key IS NOT NULL
                          GROUP BY topic, partition_key) AS candidates
-                     ORDER BY seq LIMIT $1)
-                 SELECT f.* FROM h CROSS JOIN LATERAL (
-                     SELECT {COLUMNS} FROM outbox o
-                     WHERE o.seq = h.seq AND {FILTER}
-                     FOR UPDATE OF o SKIP LOCKED) AS f
-                 ORDER BY f.seq"
+                     ORDER BY seq)
+                 SELECT * FROM (
+                     SELECT f.* FROM h CROSS JOIN LATERAL (
+                         SELECT {COLUMNS} FROM outbox o
+                         WHERE o.seq = h.seq AND {FILTER}
+                         FOR UPDATE OF o SKIP LOCKED) AS f
+                     LIMIT $1) AS claimed
+                 ORDER BY seq"
             ),
             window,
         ),
