@@ -17,30 +17,43 @@ local stream, cur, prev, nxt = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local ttl = tonumber(ARGV[1])
 local maxlen = tonumber(ARGV[2])
 local n = tonumber(ARGV[3])
+local ids, starts = {}, {}
+local i = 4
+for e = 1, n do
+  ids[e] = ARGV[i]
+  starts[e] = i
+  i = i + 3 + 2 * tonumber(ARGV[i + 2])
+end
+-- One membership query per dedup set for the whole batch, in chunks (unpack's stack limit).
+local seen = {}
+for _, set in ipairs({cur, prev, nxt}) do
+  for c = 1, n, 1000 do
+    local found = redis.call('SMISMEMBER', set, unpack(ids, c, math.min(c + 999, n)))
+    for k = 1, #found do
+      if found[k] == 1 then seen[c + k - 1] = true end
+    end
+  end
+end
 local out = {}
 local failed = {}
 local wrote = false
-local i = 4
 for e = 1, n do
-  local id = ARGV[i]
-  local chain = ARGV[i + 1]
-  local nf = tonumber(ARGV[i + 2])
-  local first = i + 3
-  i = first + 2 * nf
+  local s = starts[e]
+  local chain = ARGV[s + 1]
+  local nf = tonumber(ARGV[s + 2])
   if failed[chain] then
     out[e] = 'skip'
-  elseif redis.call('SISMEMBER', cur, id) == 1 or redis.call('SISMEMBER', prev, id) == 1
-      or redis.call('SISMEMBER', nxt, id) == 1 then
+  elseif seen[e] then
     out[e] = 'dup'
   else
     local args = {'XADD', stream}
     if maxlen > 0 then
-      args[#args + 1] = 'MAXLEN'
-      args[#args + 1] = '~'
-      args[#args + 1] = maxlen
+      args[3] = 'MAXLEN'
+      args[4] = '~'
+      args[5] = maxlen
     end
     args[#args + 1] = '*'
-    for j = first, first + 2 * nf - 1 do
+    for j = s + 3, s + 2 + 2 * nf do
       args[#args + 1] = ARGV[j]
     end
     local r = redis.pcall(unpack(args))
@@ -48,7 +61,9 @@ for e = 1, n do
       out[e] = 'err:' .. r.err
       failed[chain] = true
     else
-      redis.call('SADD', cur, id)
+      -- Remembered right after its append, not at the end: a script cut short (a Redis
+      -- crash) leaves at most this one event appended and not remembered.
+      redis.call('SADD', cur, ids[e])
       wrote = true
       out[e] = 'ok:' .. r
     end
