@@ -102,13 +102,14 @@ impl Claimed for ClaimedRow {
     }
 }
 
-fn to_stream_event(row: &ClaimedRow) -> StreamEvent {
+/// Moves a claimed row's text into the event that goes to Redis (no copy of the payload).
+fn into_stream_event(row: ClaimedRow) -> StreamEvent {
     StreamEvent {
         id: row.id,
-        topic: row.topic.clone(),
-        key: row.partition_key.clone(),
-        payload: row.payload.clone(),
-        headers: row.headers.clone(),
+        topic: row.topic,
+        key: row.partition_key,
+        payload: row.payload,
+        headers: row.headers,
         created_at: row.created_at,
     }
 }
@@ -294,24 +295,28 @@ async fn claim_and_publish(
 
     let mut attempts: HashMap<Uuid, i32> = HashMap::new();
     let mut created: HashMap<Uuid, chrono::DateTime<Utc>> = HashMap::new();
-    let mut ctids: HashMap<Uuid, &str> = HashMap::new();
+    let mut ctids: HashMap<Uuid, String> = HashMap::new();
     let mut topic_slot: HashMap<String, usize> = HashMap::new();
     let mut per_topic: Vec<(String, Vec<Vec<StreamEvent>>)> = Vec::new();
-    for chain in &chains {
+    for mut chain in chains {
         report.claimed += chain.len();
         let Some(first) = chain.first() else { continue };
-        for row in chain {
+        let slot = match topic_slot.get(&first.topic) {
+            Some(&slot) => slot,
+            None => {
+                per_topic.push((first.topic.clone(), Vec::new()));
+                topic_slot.insert(first.topic.clone(), per_topic.len() - 1);
+                per_topic.len() - 1
+            }
+        };
+        for row in &mut chain {
             attempts.insert(row.id, row.attempts);
             created.insert(row.id, row.created_at);
-            ctids.insert(row.id, row.ctid.as_str());
+            ctids.insert(row.id, std::mem::take(&mut row.ctid));
         }
-        let slot = *topic_slot.entry(first.topic.clone()).or_insert_with(|| {
-            per_topic.push((first.topic.clone(), Vec::new()));
-            per_topic.len() - 1
-        });
         per_topic[slot]
             .1
-            .push(chain.iter().map(to_stream_event).collect());
+            .push(chain.into_iter().map(into_stream_event).collect());
     }
 
     let calls = per_topic.into_iter().map(|(topic, chains)| {
@@ -325,7 +330,7 @@ async fn claim_and_publish(
         }
     });
     let results = if overlap {
-        let all: Vec<&str> = ctids.values().copied().collect();
+        let all: Vec<&str> = ctids.values().map(String::as_str).collect();
         let (results, marked) = futures::join!(join_all(calls), settle(c, deps, &all));
         marked?;
         results
@@ -350,16 +355,16 @@ async fn claim_and_publish(
                             .latencies
                             .push((now - *at).to_std().unwrap_or_default());
                     }
-                    done.extend(ctids.get(&id));
+                    done.extend(ctids.get(&id).map(String::as_str));
                 }
                 // Appended by this cycle's own overlapped attempt, rolled back since.
                 Outcome::Duplicate if appended.contains(&id) => {
                     *report.published.entry(topic.clone()).or_default() += 1;
-                    done.extend(ctids.get(&id));
+                    done.extend(ctids.get(&id).map(String::as_str));
                 }
                 Outcome::Duplicate => {
                     report.duplicates += 1;
-                    done.extend(ctids.get(&id));
+                    done.extend(ctids.get(&id).map(String::as_str));
                 }
                 Outcome::Failed(error) => {
                     unsettled = true;
