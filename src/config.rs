@@ -150,6 +150,9 @@ pub struct RelaySettings {
     /// While events arrive faster than this (events/s), producers stop notifying and the
     /// relays poll every 5 ms (see `relay::quiet`); 0 keeps NOTIFY always.
     pub quiet_above: u32,
+    /// Claim transactions running at once across all replicas (advisory-lock slots); 0: no
+    /// cap. More than the database's cores can run only slow each other down.
+    pub cluster_claims: u32,
     /// Fallback poll interval when no notification arrives (also the retry-due check).
     #[serde(with = "humantime_serde")]
     pub poll_interval: Duration,
@@ -221,6 +224,7 @@ impl Default for RelaySettings {
             workers: 2,
             overlap_mark: true,
             quiet_above: 1500,
+            cluster_claims: 2,
             poll_interval: Duration::from_secs(1),
             poll_only: false,
             heartbeat_interval: Duration::from_secs(5),
@@ -353,6 +357,12 @@ impl Settings {
         }
         if !(1..=10_000).contains(&self.relay.batch_size) {
             return Err(ConfigError::new("relay.batch_size", "must be 1..=10000"));
+        }
+        if self.relay.cluster_claims > 1024 {
+            return Err(ConfigError::new(
+                "relay.cluster_claims",
+                "must be 0..=1024 (0: no cap)",
+            ));
         }
         if !(1..=32).contains(&self.relay.workers) {
             return Err(ConfigError::new("relay.workers", "must be 1..=32"));

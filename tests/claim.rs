@@ -8,6 +8,7 @@ use std::collections::HashSet;
 
 use common::*;
 use diesel_async::SimpleAsyncConnection;
+use outbox_relay::db::outbox::take_claim_slot;
 use outbox_relay::relay::cycle::claim_chains;
 
 #[tokio::test(flavor = "multi_thread")]
@@ -42,4 +43,78 @@ async fn a_second_claimer_gets_its_own_batch_while_the_first_holds_one() {
     }
     first.batch_execute("ROLLBACK").await.expect("rollback");
     second.batch_execute("ROLLBACK").await.expect("rollback");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn claim_slots_cap_concurrent_claim_transactions_across_connections() {
+    let db = TestDb::new().await;
+    let mut conns = Vec::new();
+    for _ in 0..3 {
+        let mut c = db.conn().await;
+        c.batch_execute("BEGIN").await.expect("begin");
+        conns.push(c);
+    }
+    assert!(take_claim_slot(&mut conns[0], 2).await.expect("slot"));
+    assert!(take_claim_slot(&mut conns[1], 2).await.expect("slot"));
+    assert!(
+        !take_claim_slot(&mut conns[2], 2).await.expect("slot"),
+        "a third transaction got one of two slots"
+    );
+    // A slot lasts as long as its transaction.
+    conns[0].batch_execute("COMMIT").await.expect("commit");
+    assert!(take_claim_slot(&mut conns[2], 2).await.expect("slot"));
+    for c in &mut conns[1..] {
+        c.batch_execute("ROLLBACK").await.expect("rollback");
+    }
+}
+
+/// `seq` is taken at insert, not at commit. A head is picked in one snapshot and its run in a
+/// newer one; a transaction that commits in between may hold events of the key on both sides
+/// of the head. Its later event must not be claimed behind the head while its earlier one waits.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_never_takes_an_event_whose_own_transaction_has_an_earlier_one_pending() {
+    use outbox_relay::db::outbox::{claim_heads, claim_runs, HeadScan};
+    let db = TestDb::new().await;
+    let mut early = db.conn().await;
+    early
+        .batch_execute(
+            "BEGIN; INSERT INTO outbox (topic, payload, partition_key) VALUES ('t0', '{\"n\": 1}', 'k')",
+        )
+        .await
+        .expect("first insert of the slow transaction");
+    db.exec("INSERT INTO outbox (topic, payload, partition_key) VALUES ('t0', '{\"n\": 2}', 'k')")
+        .await;
+    early
+        .batch_execute(
+            "INSERT INTO outbox (topic, payload, partition_key) VALUES ('t0', '{\"n\": 3}', 'k')",
+        )
+        .await
+        .expect("second insert of the slow transaction");
+
+    let mut claimer = db.conn().await;
+    claimer.batch_execute("BEGIN").await.expect("begin");
+    let heads = claim_heads(&mut claimer, 10, HeadScan::Oldest(40))
+        .await
+        .expect("heads");
+    assert_eq!(heads.len(), 1, "only the committed event is visible");
+    assert!(
+        heads[0].payload.contains("\"n\": 2"),
+        "{}",
+        heads[0].payload
+    );
+    early.batch_execute("COMMIT").await.expect("commit");
+    let runs = claim_runs(
+        &mut claimer,
+        &[("t0".into(), "k".into(), heads[0].seq)],
+        10,
+        10,
+    )
+    .await
+    .expect("runs");
+    let taken: Vec<&str> = runs.iter().map(|r| r.payload.as_str()).collect();
+    assert!(
+        runs.is_empty(),
+        "n=3 taken behind the head while n=1 of its own transaction is pending: {taken:?}"
+    );
+    claimer.batch_execute("ROLLBACK").await.expect("rollback");
 }

@@ -1,6 +1,7 @@
 //! A hung replica (SIGSTOP, so its connections stay open and its row locks stay held) loses
 //! its claim after `relay.lease`: Postgres ends its transaction and another replica publishes
-//! the events, once each. Also: `relay.poll_only` delivers without LISTEN.
+//! the events, once each; one that hangs holding every claim slot stalls the others only
+//! briefly. Also: `relay.poll_only` delivers without LISTEN.
 
 mod common;
 
@@ -56,6 +57,65 @@ async fn a_hung_replicas_claim_is_taken_over_after_the_lease() {
         0
     );
     eprintln!("backlog finished {took:?} after the freeze");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hung_replica_holding_every_claim_slot_stalls_the_others_only_briefly() {
+    let db = TestDb::new().await;
+    let redis = TestRedis::shared();
+    insert_events(&db, 60_000, 3, 100).await;
+    let mut env = base_env(&db, &redis);
+    // Postgres would end the hung transaction only after 60 s; the test allows 20.
+    env.push(("OUTBOX__RELAY__LEASE".into(), "60s".into()));
+    env.push(("OUTBOX__RELAY__CLUSTER_CLAIMS".into(), "1".into()));
+    env.push(("OUTBOX__RELAY__WORKERS".into(), "1".into()));
+    env.push(("OUTBOX__RELAY__BATCH_SIZE".into(), "200".into()));
+    let hung = RelayProc::spawn("slot-holder", &env);
+    let pid = hung.child.id().to_string();
+    let slot_held = format!(
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted
+         AND classid = {} AND objsubid = 2",
+        outbox_relay::db::outbox::CLAIM_SLOT_CLASS
+    );
+    db.wait_for(
+        "SELECT (count(*) FILTER (WHERE published_at IS NOT NULL) > 2000)::int FROM outbox",
+        1,
+        Duration::from_secs(30),
+    )
+    .await;
+    // Freeze it inside a claim transaction, holding the only slot.
+    let mut frozen = false;
+    for _ in 0..50 {
+        Command::new("kill")
+            .args(["-STOP", &pid])
+            .status()
+            .expect("SIGSTOP");
+        if db.scalar(&slot_held).await == 1 {
+            frozen = true;
+            break;
+        }
+        Command::new("kill")
+            .args(["-CONT", &pid])
+            .status()
+            .expect("SIGCONT");
+        tokio::time::sleep(Duration::from_millis(7)).await;
+    }
+    assert!(frozen, "never caught the replica holding its slot");
+    let published = "SELECT count(*) FROM outbox WHERE published_at IS NOT NULL";
+    let at_freeze = db.scalar(published).await;
+    let _other = RelayProc::spawn("slot-waiter", &env);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while db.scalar(published).await < at_freeze + 5_000 {
+        assert!(
+            Instant::now() < deadline,
+            "the other replica waited for the hung one's slot"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Command::new("kill")
+        .args(["-CONT", &pid])
+        .status()
+        .expect("SIGCONT");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -55,6 +55,32 @@ const COLUMNS: &str = "o.id, o.seq, o.topic, o.partition_key, o.payload::text AS
      COALESCE(o.headers, '{}'::jsonb)::text AS headers, o.created_at, o.attempts, \
      (o.available_at <= now()) AS ready, o.ctid::text AS ctid";
 
+/// The first key of the claim-slot advisory locks (the two-int4 form: its key space is
+/// apart from the one-bigint locks used elsewhere).
+pub const CLAIM_SLOT_CLASS: i32 = 0x6f62_7278;
+
+/// Takes one of `slots` cluster-wide claim slots for this transaction (released at commit or
+/// rollback); false when every slot is held. Why there are slots: `relay::slots`.
+pub async fn take_claim_slot(conn: &mut AsyncPgConnection, slots: i32) -> Result<bool, DbError> {
+    #[derive(QueryableByName)]
+    struct Taken {
+        #[diesel(sql_type = Bool)]
+        taken: bool,
+    }
+    // LIMIT 1 stops at the first slot taken: no transaction holds two.
+    let rows: Vec<Taken> = prepared(
+        diesel::sql_query(
+            "SELECT true AS taken FROM generate_series(1, $1) AS slot
+             WHERE pg_try_advisory_xact_lock($2, slot) LIMIT 1",
+        )
+        .bind::<Integer, _>(slots)
+        .bind::<Integer, _>(CLAIM_SLOT_CLASS),
+    )
+    .load(conn)
+    .await?;
+    Ok(rows.iter().any(|row| row.taken))
+}
+
 /// Locks up to `limit` claimable events, oldest first, skipping rows locked elsewhere.
 /// Claimable: pending, due, topic not paused, and no earlier pending event of the same key.
 ///
@@ -172,9 +198,16 @@ pub async fn window_has_waiting(
 }
 
 /// Locks up to `limit` pending events that follow the given key heads (at most `per_key`
-/// for each head, in seq order). Nobody else can hold them: another replica would need the
-/// head, which we hold. The per-key LATERAL keeps the work proportional to what is taken,
-/// not to the keys' whole backlog.
+/// for each head, in seq order). The per-key LATERAL keeps the work proportional to what is
+/// taken, not to the keys' whole backlog.
+///
+/// A head is the first pending event of its key in the snapshot of `claim_heads`; this
+/// statement runs in a newer one (read committed). `seq` is taken at insert, not at commit,
+/// so a transaction that committed in between can hold events of the key on both sides of the
+/// head: an earlier one, and one that would follow it. Taking the later one now would publish
+/// it ahead of its own transaction's earlier event. So a key gets no followers while anything
+/// before its head is pending; the head alone goes now (its transaction committed first), the
+/// rest in order on the next cycle.
 pub async fn claim_runs(
     conn: &mut AsyncPgConnection,
     heads: &[(String, String, i64)],
@@ -193,6 +226,10 @@ pub async fn claim_runs(
              SELECT {COLUMNS} FROM outbox o
              WHERE o.topic = h.topic AND o.partition_key = h.partition_key AND o.seq > h.seq
                AND o.published_at IS NULL AND o.dead_at IS NULL
+               AND NOT EXISTS (
+                   SELECT 1 FROM outbox p
+                   WHERE p.topic = h.topic AND p.partition_key = h.partition_key
+                     AND p.seq < h.seq AND p.published_at IS NULL AND p.dead_at IS NULL)
              ORDER BY o.seq
              LIMIT $4
              FOR UPDATE OF o) AS f

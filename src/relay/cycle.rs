@@ -20,6 +20,7 @@ use super::messages::{Fault, PlanRetries, Publish};
 use super::ordering::{self, Claimed};
 use super::overlap::Overlap;
 use super::retry::RetryScheduler;
+use super::slots::SlotGate;
 use crate::db::outbox::{self, ClaimedRow, HeadScan};
 use crate::db::{topics, DbError, Pool};
 use crate::publish::{Outcome, PublishError, StreamEvent};
@@ -42,6 +43,8 @@ pub struct CycleDeps {
     pub delete_on_publish: bool,
     /// Whether the mark may run beside the publish.
     pub overlap: Overlap,
+    /// Cluster-wide claim slots (`relay.cluster_claims`).
+    pub slots: SlotGate,
 }
 
 /// What one cycle did.
@@ -279,6 +282,10 @@ async fn claim_and_publish(
     appended: &HashSet<Uuid>,
 ) -> Result<CycleReport, Attempt> {
     let mut report = CycleReport::default();
+    if !deps.slots.admit(c).await? {
+        // Other claimers fill every slot: they drain the backlog; this one waits for a wake.
+        return Ok(report);
+    }
     let Claim {
         chains,
         heads,

@@ -23,6 +23,7 @@ pub mod overlap;
 pub mod periodic;
 pub mod quiet;
 pub mod retry;
+pub mod slots;
 pub mod stats;
 pub mod throughput;
 
@@ -69,6 +70,7 @@ pub fn start(
     let workers = settings.relay.workers as usize;
     let overlap_mark = settings.relay.overlap_mark;
     let quiet_above = settings.relay.quiet_above;
+    let cluster_claims = settings.relay.cluster_claims as i32;
     let claimer_pool = pool.clone();
     let claimer = Supervisor::start(move |ctx: &mut actix::Context<Claimer>| {
         let me = actix::AsyncContext::address(ctx).recipient();
@@ -80,6 +82,7 @@ pub fn start(
             batch_size,
             delete_on_publish,
             overlap: overlap::Overlap::new(overlap_mark),
+            slots: slots::SlotGate::new(cluster_claims),
         };
         Claimer::new(deps, health, poll_interval, workers, quiet_above)
     });

@@ -480,14 +480,16 @@ pub async fn assert_exactly_once(redis: &TestRedis, topics: usize) -> usize {
     let mut seen = std::collections::HashSet::new();
     for t in 0..topics {
         let entries = redis.entries(&format!("t{t}")).await;
-        assert_per_key_order(&entries);
-        for e in entries {
+        // Duplicates first: a second copy would otherwise be reported as a reordering.
+        for e in &entries {
             assert!(
                 seen.insert(e["id"].clone()),
-                "event {} written twice",
-                e["id"]
+                "event {} (payload {}) written twice",
+                e["id"],
+                e["payload"]
             );
         }
+        assert_per_key_order(&entries);
     }
     seen.len()
 }
