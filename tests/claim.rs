@@ -8,7 +8,9 @@ use std::collections::HashSet;
 
 use common::*;
 use diesel_async::SimpleAsyncConnection;
-use outbox_relay::db::outbox::take_claim_slot;
+use std::time::Duration;
+
+use outbox_relay::db::outbox::{take_claim_slot, Slot};
 use outbox_relay::relay::cycle::claim_chains;
 
 #[tokio::test(flavor = "multi_thread")]
@@ -54,15 +56,42 @@ async fn claim_slots_cap_concurrent_claim_transactions_across_connections() {
         c.batch_execute("BEGIN").await.expect("begin");
         conns.push(c);
     }
-    assert!(take_claim_slot(&mut conns[0], 2).await.expect("slot"));
-    assert!(take_claim_slot(&mut conns[1], 2).await.expect("slot"));
-    assert!(
-        !take_claim_slot(&mut conns[2], 2).await.expect("slot"),
+    let patience = Duration::from_secs(2);
+    assert_eq!(
+        take_claim_slot(&mut conns[0], 2, patience)
+            .await
+            .expect("slot"),
+        Slot::Taken
+    );
+    assert_eq!(
+        take_claim_slot(&mut conns[1], 2, patience)
+            .await
+            .expect("slot"),
+        Slot::Taken
+    );
+    assert_eq!(
+        take_claim_slot(&mut conns[2], 2, patience)
+            .await
+            .expect("slot"),
+        Slot::Busy,
         "a third transaction got one of two slots"
+    );
+    // Holders in their transactions for longer than the patience look hung.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        take_claim_slot(&mut conns[2], 2, Duration::from_millis(200))
+            .await
+            .expect("slot"),
+        Slot::HolderStuck
     );
     // A slot lasts as long as its transaction.
     conns[0].batch_execute("COMMIT").await.expect("commit");
-    assert!(take_claim_slot(&mut conns[2], 2).await.expect("slot"));
+    assert_eq!(
+        take_claim_slot(&mut conns[2], 2, patience)
+            .await
+            .expect("slot"),
+        Slot::Taken
+    );
     for c in &mut conns[1..] {
         c.batch_execute("ROLLBACK").await.expect("rollback");
     }

@@ -63,7 +63,9 @@ async fn a_hung_replicas_claim_is_taken_over_after_the_lease() {
 async fn a_hung_replica_holding_every_claim_slot_stalls_the_others_only_briefly() {
     let db = TestDb::new().await;
     let redis = TestRedis::shared();
-    insert_events(&db, 60_000, 3, 100).await;
+    // Many keys: the hung replica's batch holds a few hundred of them, and the other replica
+    // must find plenty of events it may publish (a held key's later events wait for it).
+    insert_events(&db, 60_000, 3, 2_000).await;
     let mut env = base_env(&db, &redis);
     // Postgres would end the hung transaction only after 60 s; the test allows 20.
     env.push(("OUTBOX__RELAY__LEASE".into(), "60s".into()));
@@ -143,7 +145,6 @@ async fn poll_only_delivers_without_listen() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn notify_switched_off_per_database_still_delivers_by_polling() {
-    use diesel_async::SimpleAsyncConnection;
     use futures::StreamExt;
     let db = TestDb::new().await;
     let redis = TestRedis::shared();
@@ -152,11 +153,7 @@ async fn notify_switched_off_per_database_still_delivers_by_polling() {
         db.name
     ))
     .await;
-    let mut listener = db.conn().await;
-    listener
-        .batch_execute("LISTEN outbox_events")
-        .await
-        .expect("listen");
+    let mut listener = db.listener().await;
     let mut env = base_env(&db, &redis);
     env.push(("OUTBOX__RELAY__POLL_INTERVAL".into(), "100ms".into()));
     let _relay = RelayProc::spawn("no-notify", &env);

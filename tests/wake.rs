@@ -21,11 +21,7 @@ async fn the_trigger_skips_notify_while_a_relay_is_busy_even_for_an_insert_only_
          GRANT INSERT ON outbox TO {role}"
     ))
     .await;
-    let mut listener = db.conn().await;
-    listener
-        .batch_execute("LISTEN outbox_events")
-        .await
-        .expect("listen");
+    let mut listener = db.listener().await;
     let mut notifications = std::pin::pin!(listener.notifications_stream());
     let mut producer = db.conn().await;
     let insert = format!(
@@ -85,11 +81,7 @@ async fn a_draining_relay_quiets_producers_then_notify_wakes_it_again() {
     // The drain is over: the announcement lapses and is not renewed.
     db.wait_for(QUIET_NOW, 0, Duration::from_secs(5)).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let mut listener = db.conn().await;
-    listener
-        .batch_execute("LISTEN outbox_events")
-        .await
-        .expect("listen");
+    let mut listener = db.listener().await;
     let mut notifications = std::pin::pin!(listener.notifications_stream());
     db.exec("INSERT INTO outbox (topic, payload) VALUES ('t0', '{\"late\": true}')")
         .await;

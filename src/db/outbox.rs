@@ -59,26 +59,64 @@ const COLUMNS: &str = "o.id, o.seq, o.topic, o.partition_key, o.payload::text AS
 /// apart from the one-bigint locks used elsewhere).
 pub const CLAIM_SLOT_CLASS: i32 = 0x6f62_7278;
 
-/// Takes one of `slots` cluster-wide claim slots for this transaction (released at commit or
-/// rollback); false when every slot is held. Why there are slots: `relay::slots`.
-pub async fn take_claim_slot(conn: &mut AsyncPgConnection, slots: i32) -> Result<bool, DbError> {
+/// What a try for a claim slot found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Slot {
+    /// This transaction holds a slot until it ends.
+    Taken,
+    /// Every slot is held by transactions younger than the patience: they are draining.
+    Busy,
+    /// Every slot is held, and at least one holder's transaction is older than the patience:
+    /// a hung replica (SIGSTOP, a frozen VM) keeps it until Postgres ends it after
+    /// `relay.lease`.
+    HolderStuck,
+}
+
+/// Tries for one of `slots` cluster-wide claim slots for this transaction (released at commit
+/// or rollback), and when none is free, whether a holder looks stuck (its transaction started
+/// more than `patience` ago; seeing that needs the holders' `pg_stat_activity` rows: the same
+/// role, or `pg_read_all_stats`). Why there are slots: `relay::slots`.
+pub async fn take_claim_slot(
+    conn: &mut AsyncPgConnection,
+    slots: i32,
+    patience: std::time::Duration,
+) -> Result<Slot, DbError> {
     #[derive(QueryableByName)]
-    struct Taken {
+    struct Try {
         #[diesel(sql_type = Bool)]
         taken: bool,
+        #[diesel(sql_type = Bool)]
+        stuck: bool,
     }
-    // LIMIT 1 stops at the first slot taken: no transaction holds two.
-    let rows: Vec<Taken> = prepared(
+    // LIMIT 1 stops at the first slot taken: no transaction holds two. The lock table is read
+    // only when no slot was free (a one-time filter); advisory locks are per database.
+    let row: Try = prepared(
         diesel::sql_query(
-            "SELECT true AS taken FROM generate_series(1, $1) AS slot
-             WHERE pg_try_advisory_xact_lock($2, slot) LIMIT 1",
+            "WITH slot AS MATERIALIZED (
+                 SELECT 1 FROM generate_series(1, $1) AS s
+                 WHERE pg_try_advisory_xact_lock($2, s) LIMIT 1)
+             SELECT EXISTS (SELECT 1 FROM slot) AS taken,
+                    EXISTS (
+                        SELECT 1 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+                        WHERE NOT EXISTS (SELECT 1 FROM slot)
+                          AND l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
+                          AND l.classid = $2::oid
+                          AND l.database = (SELECT oid FROM pg_database
+                                            WHERE datname = current_database())
+                          AND a.xact_start < clock_timestamp() - make_interval(secs => $3)
+                    ) AS stuck",
         )
         .bind::<Integer, _>(slots)
-        .bind::<Integer, _>(CLAIM_SLOT_CLASS),
+        .bind::<Integer, _>(CLAIM_SLOT_CLASS)
+        .bind::<diesel::sql_types::Double, _>(patience.as_secs_f64()),
     )
-    .load(conn)
+    .get_result(conn)
     .await?;
-    Ok(rows.iter().any(|row| row.taken))
+    Ok(match (row.taken, row.stuck) {
+        (true, _) => Slot::Taken,
+        (false, true) => Slot::HolderStuck,
+        (false, false) => Slot::Busy,
+    })
 }
 
 /// Locks up to `limit` claimable events, oldest first, skipping rows locked elsewhere.

@@ -4,63 +4,47 @@
 //! More claim transactions than the database has cores to run them only slow each other
 //! down: on this project's 2-core machine three replicas of two workers drained at 0.9 of one
 //! replica's speed. With a cap, extra replicas stand by and take a slot as soon as one frees.
+//! A replica that hangs inside its transactions keeps its slots until Postgres ends them after
+//! `relay.lease`; when a slot's holder has been in its transaction for [`SLOT_PATIENCE`] (a
+//! healthy cycle takes milliseconds), the others claim without a slot meanwhile.
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use diesel_async::AsyncPgConnection;
 
-use crate::db::{outbox, DbError};
+use crate::db::outbox::{self, Slot};
+use crate::db::DbError;
 
-/// How long a replica waits for a claim slot before it claims without one: a replica that
-/// hangs inside its transactions (SIGSTOP, a frozen VM) holds its slots until Postgres ends
-/// them after `relay.lease`, and the others must not stall that long.
+/// How long a slot's holder may stay in one transaction before the others stop waiting for it.
 pub const SLOT_PATIENCE: Duration = Duration::from_secs(2);
 
-/// A replica's side of the cluster-wide cap on concurrent claim transactions.
-#[derive(Clone, Debug)]
+/// The cluster-wide cap as this replica applies it.
+#[derive(Clone, Copy, Debug)]
 pub struct SlotGate {
     /// Slots in the cluster; 0: no cap.
     pub slots: i32,
-    epoch: Instant,
-    /// Milliseconds since `epoch` of the first of the current run of failed tries; 0: none.
-    failing_since_ms: Arc<AtomicU64>,
 }
 
 impl SlotGate {
     /// A gate over `slots` cluster-wide slots (0: no cap).
     pub fn new(slots: i32) -> Self {
-        SlotGate {
-            slots,
-            epoch: Instant::now(),
-            failing_since_ms: Default::default(),
-        }
+        SlotGate { slots }
     }
 
-    /// Takes a slot for this transaction, or says whether to claim without one.
+    /// Takes a slot for this transaction; false when the cycle should wait for its next wake.
     pub async fn admit(&self, c: &mut AsyncPgConnection) -> Result<bool, DbError> {
-        if self.slots <= 0 || outbox::take_claim_slot(c, self.slots).await? {
-            self.failing_since_ms.store(0, Relaxed);
+        if self.slots <= 0 {
             return Ok(true);
         }
-        // +1: 0 means "not failing".
-        let now = self.epoch.elapsed().as_millis() as u64 + 1;
-        let since = match self
-            .failing_since_ms
-            .compare_exchange(0, now, Relaxed, Relaxed)
-        {
-            Ok(_) => now,
-            Err(since) => since,
-        };
-        let waited = Duration::from_millis(now - since);
-        if waited >= SLOT_PATIENCE {
-            tracing::debug!(
-                ?waited,
-                "no claim slot free for a while: claiming without one"
-            );
-            return Ok(true);
-        }
-        Ok(false)
+        Ok(
+            match outbox::take_claim_slot(c, self.slots, SLOT_PATIENCE).await? {
+                Slot::Taken => true,
+                Slot::Busy => false,
+                Slot::HolderStuck => {
+                    tracing::debug!("a claim slot's holder looks hung: claiming without a slot");
+                    true
+                }
+            },
+        )
     }
 }

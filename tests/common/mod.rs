@@ -67,6 +67,15 @@ impl TestDb {
             .expect("connect test db")
     }
 
+    /// A connection LISTENing on the outbox trigger's channel.
+    pub async fn listener(&self) -> AsyncPgConnection {
+        let mut c = self.conn().await;
+        c.batch_execute("LISTEN outbox_events")
+            .await
+            .expect("listen");
+        c
+    }
+
     /// Runs SQL returning one bigint.
     pub async fn scalar(&self, sql: &str) -> i64 {
         #[derive(diesel::QueryableByName)]
