@@ -71,7 +71,8 @@ async fn a_hung_replica_holding_every_claim_slot_stalls_the_others_only_briefly(
     env.push(("OUTBOX__RELAY__LEASE".into(), "60s".into()));
     env.push(("OUTBOX__RELAY__CLUSTER_CLAIMS".into(), "1".into()));
     env.push(("OUTBOX__RELAY__WORKERS".into(), "1".into()));
-    env.push(("OUTBOX__RELAY__BATCH_SIZE".into(), "200".into()));
+    // Small batches: the drain lasts seconds, with the replica inside a claim most of the time.
+    env.push(("OUTBOX__RELAY__BATCH_SIZE".into(), "20".into()));
     let hung = RelayProc::spawn("slot-holder", &env);
     let pid = hung.child.id().to_string();
     let slot_held = format!(
@@ -87,7 +88,7 @@ async fn a_hung_replica_holding_every_claim_slot_stalls_the_others_only_briefly(
     .await;
     // Freeze it inside a claim transaction, holding the only slot.
     let mut frozen = false;
-    for _ in 0..50 {
+    for _ in 0..200 {
         Command::new("kill")
             .args(["-STOP", &pid])
             .status()
