@@ -35,7 +35,11 @@ pub struct Claimer {
     quiet: Quiet,
     announcing: bool,
     fast_polling: bool,
+    slots_full_until: Option<Instant>,
 }
+
+/// How long a replica whose cycle found every claim slot held runs one cycle at a time.
+const SLOTS_FULL_FOR: Duration = Duration::from_secs(1);
 
 impl Claimer {
     /// A claimer that polls at least every `poll_interval` and runs up to `workers` claim
@@ -62,6 +66,16 @@ impl Claimer {
             quiet: Quiet::new(quiet_above, Instant::now()),
             announcing: false,
             fast_polling: false,
+            slots_full_until: None,
+        }
+    }
+
+    /// Cycles this replica may run at once: `workers`, or one while the cluster's claim slots
+    /// were recently all taken (a second cycle would only spend a transaction failing its try).
+    fn concurrency(&self) -> usize {
+        match self.slots_full_until {
+            Some(until) if Instant::now() < until => 1,
+            _ => self.workers,
         }
     }
 
@@ -121,7 +135,7 @@ impl Claimer {
             // the key head the new work queues behind: look again when it ends.
             self.wake_pending = true;
         }
-        if !self.backing_off && self.in_flight < self.workers {
+        if !self.backing_off && self.in_flight < self.concurrency() {
             // Start now rather than after the running cycle's publish and commit: new work
             // is not held by it, and SKIP LOCKED keeps the two apart (commit-to-stream
             // latency is about one cycle shorter at steady rates).
@@ -152,6 +166,9 @@ impl Claimer {
                 crate::telemetry::cycle_done(&report);
                 backlog = report.heads as i64 >= self.deps.batch_size;
                 progressed = report.claimed > 0;
+                if report.no_slot {
+                    self.slots_full_until = Some(Instant::now() + SLOTS_FULL_FOR);
+                }
                 if self.quiet.record(report.max_seq, Instant::now()) {
                     self.announce(ctx);
                 }
@@ -183,7 +200,7 @@ impl Claimer {
         }
         if backlog {
             // A full batch means a backlog: run every worker until batches come back short.
-            while self.in_flight < self.workers {
+            while self.in_flight < self.concurrency() {
                 self.start_cycle(ctx);
             }
         } else if progressed || self.wake_pending {

@@ -68,6 +68,8 @@ pub struct CycleReport {
     pub latencies: Vec<Duration>,
     /// The highest `seq` claimed: how far arrivals have got (see `quiet`).
     pub max_seq: Option<i64>,
+    /// Every cluster-wide claim slot was held elsewhere: nothing was claimed.
+    pub no_slot: bool,
 }
 
 /// Why a cycle was rolled back. Neither kind is an event's fault.
@@ -284,6 +286,7 @@ async fn claim_and_publish(
     let mut report = CycleReport::default();
     if !deps.slots.admit(c).await? {
         // Other claimers fill every slot: they drain the backlog; this one waits for a wake.
+        report.no_slot = true;
         return Ok(report);
     }
     let Claim {
