@@ -13,9 +13,10 @@ pub mod script;
 
 use std::borrow::Cow;
 use std::collections::HashSet;
+use std::fmt::Write as _;
 use std::time::Duration;
 
-use chrono::{DateTime, SecondsFormat, Utc};
+use chrono::{DateTime, Datelike, SecondsFormat, Timelike, Utc};
 use redis::aio::ConnectionManager;
 use uuid::Uuid;
 
@@ -52,7 +53,11 @@ impl StreamEvent {
         fields.push(("headers", Cow::Borrowed(self.headers.as_str())));
         fields.push((
             "created_at",
-            Cow::Owned(self.created_at.to_rfc3339_opts(SecondsFormat::Micros, true)),
+            Cow::Owned({
+                let mut text = String::with_capacity(27);
+                write_created_at(&mut text, &self.created_at);
+                text
+            }),
         ));
         if let Some(key) = &self.key {
             fields.push(("key", Cow::Borrowed(key.as_str())));
@@ -68,6 +73,31 @@ impl StreamEvent {
         let key = self.key.as_ref().map_or(0, |k| "key".len() + k.len());
         fixed + self.topic.len() + self.payload.len() + self.headers.len() + created + key
     }
+}
+
+/// Appends `at` as the `created_at` field: RFC 3339, UTC, microseconds, `Z`. Written by hand
+/// because it runs once per event and chrono's formatter parses its pattern every time.
+pub fn write_created_at(out: &mut String, at: &DateTime<Utc>) {
+    if !(0..=9999).contains(&at.year()) {
+        out.push_str(&at.to_rfc3339_opts(SecondsFormat::Micros, true));
+        return;
+    }
+    // A leap second shows as nanosecond() >= 1e9; RFC 3339 writes it as second 60.
+    let (second, nanos) = match at.nanosecond() {
+        n if n >= 1_000_000_000 => (at.second() + 1, n - 1_000_000_000),
+        n => (at.second(), n),
+    };
+    let _ = write!(
+        out,
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}Z",
+        at.year(),
+        at.month(),
+        at.day(),
+        at.hour(),
+        at.minute(),
+        second,
+        nanos / 1000
+    );
 }
 
 #[cfg(test)]
@@ -87,6 +117,21 @@ mod entry_tests {
             };
             let built: usize = event.fields().iter().map(|(k, v)| k.len() + v.len()).sum();
             assert_eq!(event.entry_size(), built);
+        }
+    }
+
+    #[test]
+    fn created_at_is_written_as_chrono_writes_rfc3339_with_micros() {
+        for text in [
+            "2026-12-03T06:13:24.123456789Z",
+            "2026-01-01T00:00:00Z",
+            "0999-05-06T07:08:09.000001Z",
+            "9999-12-31T23:59:59.999999Z",
+        ] {
+            let at: DateTime<Utc> = text.parse().expect("timestamp");
+            let mut out = String::new();
+            write_created_at(&mut out, &at);
+            assert_eq!(out, at.to_rfc3339_opts(SecondsFormat::Micros, true));
         }
     }
 }
@@ -170,16 +215,13 @@ impl Publisher {
     ) -> Result<Vec<(Uuid, Outcome)>, PublishError> {
         let maxlen = maxlen.or(self.config.maxlen).unwrap_or(0);
         let stream = keys::stream_key(&self.config.stream_prefix, topic);
-        // Flatten in order; each event remembers its chain (the key; unkeyed events are
-        // chains of one, named by their index so they never share a failure).
+        // Flatten in order; each event remembers its chain by index, marked keyed or not
+        // (unkeyed events are chains of one, so they never share a failure).
         let mut items: Vec<(&StreamEvent, String)> = Vec::new();
         for (n, chain) in chains.iter().enumerate() {
             for event in chain {
-                let name = match &event.key {
-                    Some(key) => format!("k:{key}"),
-                    None => format!("u:{n}"),
-                };
-                items.push((event, name));
+                let mark = if event.key.is_some() { 'k' } else { 'u' };
+                items.push((event, format!("{mark}{n}")));
             }
         }
         let mut outcomes: Vec<Option<Outcome>> = vec![None; items.len()];
@@ -239,27 +281,44 @@ impl Publisher {
     ) -> Result<Vec<Outcome>, PublishError> {
         let now = Utc::now().timestamp().max(0) as u64;
         let [current, previous, next] = keys::dedup_keys(stream, self.config.dedup_window, now);
-        let mut invocation = script::PUBLISH.prepare_invoke();
-        invocation
-            .key(stream)
-            .key(&current)
-            .key(&previous)
-            .key(&next)
+        let topic = sent.first().map_or("", |(event, _)| event.topic.as_str());
+        // One contiguous command buffer: a script invocation would allocate every argument.
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(script::PUBLISH.get_hash())
+            .arg(4)
+            .arg(stream)
+            .arg(&current)
+            .arg(&previous)
+            .arg(&next)
             .arg(keys::dedup_ttl_secs(self.config.dedup_window))
             .arg(maxlen)
-            .arg(sent.len());
+            .arg(sent.len())
+            .arg(topic);
+        let mut uuid = Uuid::encode_buffer();
+        let mut created = String::with_capacity(32);
         for (event, chain) in sent {
-            let fields = event.fields();
-            invocation
-                .arg(event.id.as_bytes().as_slice())
+            created.clear();
+            write_created_at(&mut created, &event.created_at);
+            cmd.arg(event.id.as_bytes().as_slice())
                 .arg(*chain)
-                .arg(fields.len());
-            for (name, value) in fields {
-                invocation.arg(name).arg(value.as_ref());
-            }
+                .arg(event.id.hyphenated().encode_lower(&mut uuid) as &str)
+                .arg(event.payload.as_str())
+                .arg(event.headers.as_str())
+                .arg(created.as_str())
+                .arg(event.key.as_deref().unwrap_or(""));
         }
         let mut conn = self.conn.clone();
-        let call = invocation.invoke_async::<Vec<String>>(&mut conn);
+        let call = async {
+            match cmd.query_async::<Vec<String>>(&mut conn).await {
+                Err(e)
+                    if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+                {
+                    script::load_cmd().query_async::<String>(&mut conn).await?;
+                    cmd.query_async::<Vec<String>>(&mut conn).await
+                }
+                other => other,
+            }
+        };
         let replies = match tokio::time::timeout(self.config.timeout, call).await {
             Err(_) => {
                 return Err(PublishError::Outage(format!(

@@ -1,29 +1,34 @@
 //! The Lua script that publishes a topic's batch atomically with its dedup records.
 //!
 //! Redis runs a script without interleaving other commands, so "is this id already in the
-//! stream?" and "append it and remember it" cannot be split by a crash or by another replica.
-//! `redis.pcall` keeps one event's failure (WRONGTYPE, ...) from aborting the others; after a
-//! failure, the rest of that event's chain (same partition key) is skipped to keep order.
+//! stream?" and "append it and remember it" cannot be split by another replica, and a crash
+//! mid-script loses the whole script: its effects reach the AOF and the replicas only as one
+//! MULTI/EXEC unit, after it returns. `redis.pcall` keeps one event's failure (WRONGTYPE, ...)
+//! from aborting the others; after a failure, the rest of that event's chain (same partition
+//! key) is skipped to keep order.
+//!
+//! Every argument costs Redis an object, a Lua string and a copy back, so the call carries
+//! only what varies: the field names live in the script and the topic comes once per call.
 
 use std::sync::LazyLock;
 
 use super::{classify_reply, Outcome, PublishError, Verdict};
 
 /// KEYS: stream, current dedup set, previous dedup set, next dedup set.
-/// ARGV: ttl, maxlen (0 = none), n, then per event: id (16 bytes), chain, nfields, fields...
-/// Returns one string per event: `ok:<entry id>`, `dup`, `skip` or `err:<message>`.
+/// ARGV: ttl, maxlen (0 = none), n, topic, then per event [`PER_EVENT`] values: id (16
+/// bytes, the dedup member), chain (`k<n>` for a keyed chain, `u<n>` for an unkeyed event),
+/// then the `id`, `payload`, `headers`, `created_at` and `key` field values (`key` is ignored
+/// for an unkeyed chain).
+/// Returns one string per event: the entry id, `dup`, `skip` or `err:<message>`.
 const SOURCE: &str = r#"
 local stream, cur, prev, nxt = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local ttl = tonumber(ARGV[1])
 local maxlen = tonumber(ARGV[2])
 local n = tonumber(ARGV[3])
-local ids, starts = {}, {}
-local i = 4
-for e = 1, n do
-  ids[e] = ARGV[i]
-  starts[e] = i
-  i = i + 3 + 2 * tonumber(ARGV[i + 2])
-end
+local topic = ARGV[4]
+local PER = 7
+local ids = {}
+for e = 1, n do ids[e] = ARGV[5 + (e - 1) * PER] end
 -- One membership query per dedup set for the whole batch, in chunks (unpack's stack limit).
 local seen = {}
 for _, set in ipairs({cur, prev, nxt}) do
@@ -34,53 +39,71 @@ for _, set in ipairs({cur, prev, nxt}) do
     end
   end
 end
+local function xadd(s, keyed)
+  local a = ARGV
+  if maxlen > 0 then
+    if keyed then
+      return redis.pcall('XADD', stream, 'MAXLEN', '~', maxlen, '*', 'id', a[s + 2],
+        'topic', topic, 'payload', a[s + 3], 'headers', a[s + 4], 'created_at', a[s + 5],
+        'key', a[s + 6])
+    end
+    return redis.pcall('XADD', stream, 'MAXLEN', '~', maxlen, '*', 'id', a[s + 2],
+      'topic', topic, 'payload', a[s + 3], 'headers', a[s + 4], 'created_at', a[s + 5])
+  end
+  if keyed then
+    return redis.pcall('XADD', stream, '*', 'id', a[s + 2], 'topic', topic,
+      'payload', a[s + 3], 'headers', a[s + 4], 'created_at', a[s + 5], 'key', a[s + 6])
+  end
+  return redis.pcall('XADD', stream, '*', 'id', a[s + 2], 'topic', topic,
+    'payload', a[s + 3], 'headers', a[s + 4], 'created_at', a[s + 5])
+end
 local out = {}
 local failed = {}
-local wrote = false
+local added = {}
 for e = 1, n do
-  local s = starts[e]
+  local s = 5 + (e - 1) * PER
   local chain = ARGV[s + 1]
-  local nf = tonumber(ARGV[s + 2])
   if failed[chain] then
     out[e] = 'skip'
   elseif seen[e] then
     out[e] = 'dup'
   else
-    local args = {'XADD', stream}
-    if maxlen > 0 then
-      args[3] = 'MAXLEN'
-      args[4] = '~'
-      args[5] = maxlen
-    end
-    args[#args + 1] = '*'
-    for j = s + 3, s + 2 + 2 * nf do
-      args[#args + 1] = ARGV[j]
-    end
-    local r = redis.pcall(unpack(args))
+    local r = xadd(s, string.byte(chain, 1) == 107)
     if type(r) == 'table' and r.err then
       out[e] = 'err:' .. r.err
       failed[chain] = true
     else
-      -- Remembered right after its append, not at the end: a script cut short (a Redis
-      -- crash) leaves at most this one event appended and not remembered.
-      redis.call('SADD', cur, ids[e])
-      wrote = true
-      out[e] = 'ok:' .. r
+      added[#added + 1] = ids[e]
+      out[e] = r
     end
   end
 end
-if wrote then redis.call('EXPIRE', cur, ttl) end
+-- Remembered together at the end: a script is all or nothing across a crash, and after the
+-- first write Redis no longer refuses writes for memory, so this cannot fail half way.
+if #added > 0 then
+  for c = 1, #added, 1000 do
+    redis.call('SADD', cur, unpack(added, c, math.min(c + 999, #added)))
+  end
+  redis.call('EXPIRE', cur, ttl)
+end
 return out
 "#;
 
-/// The loaded script (EVALSHA, reloaded by the client after a Redis restart's NOSCRIPT).
+/// Values sent per event after the call's header (see [`SOURCE`]).
+pub const PER_EVENT: usize = 7;
+
+/// The loaded script (EVALSHA, loaded again after a Redis restart's NOSCRIPT).
 pub static PUBLISH: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(SOURCE));
+
+/// The `SCRIPT LOAD` that answers a NOSCRIPT.
+pub fn load_cmd() -> redis::Cmd {
+    let mut cmd = redis::cmd("SCRIPT");
+    cmd.arg("LOAD").arg(SOURCE);
+    cmd
+}
 
 /// Parses one per-event reply of the script.
 pub fn parse_reply(reply: &str) -> Result<Outcome, PublishError> {
-    if let Some(entry) = reply.strip_prefix("ok:") {
-        return Ok(Outcome::Published(entry.to_string()));
-    }
     if let Some(message) = reply.strip_prefix("err:") {
         return match classify_reply(message) {
             Verdict::Outage => Err(PublishError::Outage(message.to_string())),
@@ -90,6 +113,9 @@ pub fn parse_reply(reply: &str) -> Result<Outcome, PublishError> {
     match reply {
         "dup" => Ok(Outcome::Duplicate),
         "skip" => Ok(Outcome::Skipped),
+        entry if entry.starts_with(|c: char| c.is_ascii_digit()) && entry.contains('-') => {
+            Ok(Outcome::Published(entry.to_string()))
+        }
         other => Err(PublishError::Outage(format!(
             "unexpected script reply {other:?}"
         ))),
