@@ -139,8 +139,8 @@ mod entry_tests {
 /// What happened to one event.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Outcome {
-    /// Appended now, with this stream entry id.
-    Published(String),
+    /// Appended now.
+    Published,
     /// Already in the stream from an earlier attempt (the dedup window remembered it).
     Duplicate,
     /// Refused through the event's own fault; the error is for a person.
@@ -346,14 +346,7 @@ impl Publisher {
             },
             Ok(Ok(replies)) => replies,
         };
-        if replies.len() != sent.len() {
-            return Err(PublishError::Outage(format!(
-                "script answered {} results for {} events",
-                replies.len(),
-                sent.len()
-            )));
-        }
-        replies.iter().map(|r| script::parse_reply(r)).collect()
+        script::parse_reply(&replies, sent.len())
     }
 
     /// PING with a short deadline, for readiness.

@@ -19,7 +19,9 @@ use super::{classify_reply, Outcome, PublishError, Verdict};
 /// bytes, the dedup member), chain (`k<n>` for a keyed chain, `u<n>` for an unkeyed event),
 /// then the `id`, `payload`, `headers`, `created_at` and `key` field values (`key` is ignored
 /// for an unkeyed chain).
-/// Returns one string per event: the entry id, `dup`, `skip` or `err:<message>`.
+/// Returns a status string with one letter per event (`p` published, `d` duplicate, `s`
+/// skipped, `e` failed), then the message of each failure in order: the entry ids are not
+/// needed, and a letter is cheaper to build, send and read than a string per event.
 const SOURCE: &str = r#"
 local stream, cur, prev, nxt = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local ttl = tonumber(ARGV[1])
@@ -29,14 +31,17 @@ local topic = ARGV[4]
 local PER = 7
 local ids = {}
 for e = 1, n do ids[e] = ARGV[5 + (e - 1) * PER] end
--- One membership query per dedup set for the whole batch, in chunks (unpack's stack limit).
+-- One membership query per dedup set for the whole batch, in chunks (unpack's stack limit);
+-- the previous and next windows' sets are often absent, and then cost nothing.
 local seen = {}
 for _, set in ipairs({cur, prev, nxt}) do
+  if set == cur or redis.call('EXISTS', set) == 1 then
   for c = 1, n, 1000 do
     local found = redis.call('SMISMEMBER', set, unpack(ids, c, math.min(c + 999, n)))
     for k = 1, #found do
       if found[k] == 1 then seen[c + k - 1] = true end
     end
+  end
   end
 end
 local function xadd(s, keyed)
@@ -57,24 +62,26 @@ local function xadd(s, keyed)
   return redis.pcall('XADD', stream, '*', 'id', a[s + 2], 'topic', topic,
     'payload', a[s + 3], 'headers', a[s + 4], 'created_at', a[s + 5])
 end
-local out = {}
+local status = {}
+local errors = {}
 local failed = {}
 local added = {}
 for e = 1, n do
   local s = 5 + (e - 1) * PER
   local chain = ARGV[s + 1]
   if failed[chain] then
-    out[e] = 'skip'
+    status[e] = 's'
   elseif seen[e] then
-    out[e] = 'dup'
+    status[e] = 'd'
   else
     local r = xadd(s, string.byte(chain, 1) == 107)
     if type(r) == 'table' and r.err then
-      out[e] = 'err:' .. r.err
+      status[e] = 'e'
+      errors[#errors + 1] = r.err
       failed[chain] = true
     else
       added[#added + 1] = ids[e]
-      out[e] = r
+      status[e] = 'p'
     end
   end
 end
@@ -86,6 +93,8 @@ if #added > 0 then
   end
   redis.call('EXPIRE', cur, ttl)
 end
+local out = {table.concat(status)}
+for k = 1, #errors do out[k + 1] = errors[k] end
 return out
 "#;
 
@@ -102,22 +111,75 @@ pub fn load_cmd() -> redis::Cmd {
     cmd
 }
 
-/// Parses one per-event reply of the script.
-pub fn parse_reply(reply: &str) -> Result<Outcome, PublishError> {
-    if let Some(message) = reply.strip_prefix("err:") {
-        return match classify_reply(message) {
-            Verdict::Outage => Err(PublishError::Outage(message.to_string())),
-            Verdict::EventFault => Ok(Outcome::Failed(message.to_string())),
-        };
+/// Reads the script's reply into one outcome per event (`sent` events were in the call).
+pub fn parse_reply(reply: &[String], sent: usize) -> Result<Vec<Outcome>, PublishError> {
+    let unexpected = || PublishError::Outage(format!("unexpected script reply {reply:?}"));
+    let (status, mut errors) = match reply.split_first() {
+        Some((status, errors)) if status.len() == sent => (status, errors.iter()),
+        _ => return Err(unexpected()),
+    };
+    let mut outcomes = Vec::with_capacity(sent);
+    for letter in status.bytes() {
+        outcomes.push(match letter {
+            b'p' => Outcome::Published,
+            b'd' => Outcome::Duplicate,
+            b's' => Outcome::Skipped,
+            b'e' => {
+                let message = errors.next().ok_or_else(unexpected)?;
+                match classify_reply(message) {
+                    Verdict::Outage => return Err(PublishError::Outage(message.clone())),
+                    Verdict::EventFault => Outcome::Failed(message.clone()),
+                }
+            }
+            _ => return Err(unexpected()),
+        });
     }
-    match reply {
-        "dup" => Ok(Outcome::Duplicate),
-        "skip" => Ok(Outcome::Skipped),
-        entry if entry.starts_with(|c: char| c.is_ascii_digit()) && entry.contains('-') => {
-            Ok(Outcome::Published(entry.to_string()))
+    if errors.next().is_some() {
+        return Err(unexpected());
+    }
+    Ok(outcomes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reply(parts: &[&str]) -> Vec<String> {
+        parts.iter().map(|p| p.to_string()).collect()
+    }
+
+    #[test]
+    fn a_reply_gives_one_outcome_per_event_with_failures_in_order() {
+        let outcomes = parse_reply(&reply(&["pdeps", "WRONGTYPE Operation against a key"]), 5)
+            .expect("parsed");
+        assert_eq!(
+            outcomes,
+            vec![
+                Outcome::Published,
+                Outcome::Duplicate,
+                Outcome::Failed("WRONGTYPE Operation against a key".into()),
+                Outcome::Published,
+                Outcome::Skipped,
+            ]
+        );
+    }
+
+    #[test]
+    fn a_reply_that_does_not_match_the_call_is_an_outage_not_a_verdict() {
+        for (parts, sent) in [
+            (vec!["pp"], 3),
+            (vec!["pe"], 2),
+            (vec!["pp", "extra"], 2),
+            (vec!["px"], 2),
+            (vec![], 0),
+        ] {
+            assert!(
+                matches!(
+                    parse_reply(&reply(&parts), sent),
+                    Err(PublishError::Outage(_))
+                ),
+                "{parts:?}"
+            );
         }
-        other => Err(PublishError::Outage(format!(
-            "unexpected script reply {other:?}"
-        ))),
     }
 }

@@ -357,7 +357,7 @@ async fn claim_and_publish(
     for (topic, result) in results {
         for (id, outcome) in result? {
             match outcome {
-                Outcome::Published(_) => {
+                Outcome::Published => {
                     newly.insert(id);
                     *report.published.entry(topic.clone()).or_default() += 1;
                     if let Some(at) = created.get(&id) {
