@@ -302,16 +302,39 @@ pub struct Drain {
     pub wal: f64,
     /// Machine and Redis CPU during the drain.
     pub load: super::machine::Load,
+    /// When the relays' first entries appeared (see [`FirstEntries`]).
+    pub first: Option<FirstEntries>,
+}
+
+/// The moment the first entries showed up in the streams: process start-up ends there.
+#[derive(Debug, Clone, Copy)]
+pub struct FirstEntries {
+    /// Seconds after the relays were started.
+    pub seconds: f64,
+    /// Entries in the streams at that moment.
+    pub events: u64,
 }
 
 impl Drain {
+    /// Events/s once the relays were up: from the first entries to the last, so starting
+    /// processes (more of them with more replicas) is reported apart, not as drain time.
+    pub fn rate(&self) -> f64 {
+        match self.first {
+            Some(first) if self.seconds > first.seconds && self.events > first.events => {
+                (self.events - first.events) as f64 / (self.seconds - first.seconds)
+            }
+            _ => self.events as f64 / self.seconds.max(1e-9),
+        }
+    }
+
     /// As a figure.
     pub fn figure(&self, name: &str) -> Figure {
         Figure {
             scenario: name.into(),
             events: self.events,
             seconds: Some(self.seconds),
-            events_per_sec: Some(self.events as f64 / self.seconds.max(1e-9)),
+            events_per_sec: Some(self.rate()),
+            start_up_ms: self.first.map(|f| f.seconds * 1000.0),
             cpu_seconds: (self.cpu > 0.0).then_some(self.cpu),
             peak_rss_mb: (self.rss > 0.0).then_some(self.rss),
             wal_bytes_per_event: Some(self.wal / self.events.max(1) as f64),
@@ -331,6 +354,8 @@ pub struct Usage {
     pub rss: f64,
     /// The drain's own end, when it comes before the body returns (stopping processes).
     pub seconds: Option<f64>,
+    /// When the first entries appeared, for bodies that start processes.
+    pub first: Option<FirstEntries>,
 }
 
 /// Runs `body` against a fresh database holding `n` preloaded events (after `setup_sql`),
@@ -382,6 +407,7 @@ where
             rss: usage.rss,
             wal,
             load,
+            first: usage.first,
         })
     }
     .await;
@@ -405,7 +431,18 @@ pub async fn drain(
             .map(|i| RelayProcess::start(scratch, env, &format!("bench-{i}"), extra))
             .collect::<anyhow::Result<Vec<_>>>()?;
         let deadline = started + Duration::from_secs(600);
-        while scratch.streamed(&mut redis).await? < n {
+        let mut first = None;
+        loop {
+            let streamed = scratch.streamed(&mut redis).await?;
+            if streamed > 0 && first.is_none() {
+                first = Some(FirstEntries {
+                    seconds: started.elapsed().as_secs_f64(),
+                    events: streamed,
+                });
+            }
+            if streamed >= n {
+                break;
+            }
             anyhow::ensure!(
                 Instant::now() < deadline,
                 "drain did not finish in 10 minutes"
@@ -419,6 +456,7 @@ pub async fn drain(
         }
         let mut usage = Usage {
             seconds: Some(seconds),
+            first,
             ..Usage::default()
         };
         for relay in relays {

@@ -77,7 +77,7 @@ fn median(results: Vec<anyhow::Result<Drain>>) -> anyhow::Result<(Drain, Vec<f64
         .into_iter()
         .collect::<anyhow::Result<Vec<Drain>>>()?;
     anyhow::ensure!(!drains.is_empty(), "no round ran");
-    let rate = |d: &Drain| d.events as f64 / d.seconds.max(1e-9);
+    let rate = |d: &Drain| d.rate();
     let all: Vec<f64> = drains.iter().map(rate).collect();
     drains.sort_by(|a, b| rate(a).total_cmp(&rate(b)));
     let middle = drains.swap_remove(drains.len() / 2);

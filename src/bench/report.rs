@@ -15,8 +15,10 @@ pub struct Figure {
     pub events: u64,
     /// Wall time of the drain, seconds.
     pub seconds: Option<f64>,
-    /// Events per second.
+    /// Events per second (for drains: from the first entry to the last).
     pub events_per_sec: Option<f64>,
+    /// For drains: milliseconds from starting the relays to their first entries.
+    pub start_up_ms: Option<f64>,
     /// Commit-to-stream latency percentiles, milliseconds.
     pub p50_ms: Option<f64>,
     /// 99th percentile, ms.
