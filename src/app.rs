@@ -80,6 +80,10 @@ pub async fn run_until(
         health: health.clone(),
         metrics,
         tokens: admin::auth::Tokens::from_settings(&settings.admin),
+        throttle: Arc::new(admin::throttle::Throttle::new(
+            settings.admin.failed_logins_per_minute,
+            Duration::from_secs(60),
+        )),
         wake: Some(relay.waker()),
         heartbeat_interval: settings.relay.heartbeat_interval,
         published: Default::default(),

@@ -102,6 +102,9 @@ pub struct AdminSettings {
     /// A second token that may look at everything (API reads, UI pages) but change nothing.
     #[serde(deserialize_with = "lenient::opt_string")]
     pub read_only_token: Option<String>,
+    /// Wrong tokens one client address may present per minute (API or login page) before
+    /// it is refused with 429 for the rest of that minute; 0 turns the limit off.
+    pub failed_logins_per_minute: u32,
 }
 
 /// Retry policy for events whose publish failed through their own fault.
@@ -192,6 +195,7 @@ impl Default for AdminSettings {
             addr: "127.0.0.1:8080".into(),
             token: None,
             read_only_token: None,
+            failed_logins_per_minute: 10,
         }
     }
 }

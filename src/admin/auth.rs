@@ -113,6 +113,7 @@ mod tests {
             addr: "127.0.0.1:0".into(),
             token: admin.map(str::to_string),
             read_only_token: ro.map(str::to_string),
+            ..AdminSettings::default()
         })
     }
 

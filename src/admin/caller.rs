@@ -77,13 +77,43 @@ impl FromRequest for Caller {
     }
 }
 
+/// The caller of a request's bearer token, throttled per client address: an address that
+/// presented too many wrong tokens is refused before its token is compared.
+fn bearer_caller(req: &HttpRequest) -> Result<Caller, ApiError> {
+    let state = req
+        .app_data::<web::Data<AdminState>>()
+        .ok_or(ApiError::Internal)?;
+    let ip = req.peer_addr().map(|a| a.ip());
+    if let Some(wait) = ip.and_then(|ip| state.throttle.refused(ip)) {
+        return Err(ApiError::TooManyAttempts(wait.as_secs().max(1)));
+    }
+    let authorization = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    match Caller::from_bearer(state, authorization) {
+        Some(caller) => Ok(caller),
+        None => {
+            // A request with no token at all is not a guess (a browser without a session).
+            if let (Some(ip), Some(_)) = (ip, authorization) {
+                state.throttle.failed(ip);
+                tracing::warn!(%ip, "admin api: wrong bearer token");
+            }
+            Err(ApiError::Unauthorized)
+        }
+    }
+}
+
 /// The middleware of every protected scope: 401 without a caller, 403 for a read-only
 /// caller on a state-changing method; otherwise the request goes on with its [`Caller`].
 pub async fn authenticate(
     req: ServiceRequest,
     next: Next<impl MessageBody>,
 ) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
-    let caller = Caller::of(req.request()).ok_or(ApiError::Unauthorized)?;
+    let caller = match req.extensions().get::<Caller>().cloned() {
+        Some(caller) => caller,
+        None => bearer_caller(req.request())?,
+    };
     let reads = matches!(*req.method(), Method::GET | Method::HEAD);
     if !reads && !caller.role.can_act() {
         return Err(ApiError::Forbidden.into());

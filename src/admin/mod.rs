@@ -7,6 +7,7 @@ pub mod auth;
 pub mod caller;
 pub mod counts;
 pub mod health;
+pub mod throttle;
 pub mod ui;
 
 use std::net::SocketAddr;
@@ -37,6 +38,8 @@ pub struct AdminState {
     pub metrics: Option<PrometheusHandle>,
     /// The accepted tokens and their roles.
     pub tokens: Tokens,
+    /// Wrong tokens per client address (shared by the API and the login page).
+    pub throttle: Arc<throttle::Throttle>,
     /// Wakes this replica's claimer after an action that makes events publishable (retry,
     /// resume), so they go out now rather than at the next poll.
     pub wake: Option<Recipient<Wake>>,

@@ -346,3 +346,40 @@ async fn openapi_document_lists_every_route_and_each_is_served() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn wrong_tokens_from_one_address_are_refused_for_the_rest_of_the_minute() {
+    let api = Api::start_with(
+        "throttle",
+        &[("OUTBOX__ADMIN__FAILED_LOGINS_PER_MINUTE", "3")],
+    )
+    .await;
+    // Requests without any token are not guesses: they never count.
+    for _ in 0..5 {
+        let res = request(api.relay.admin_port, "GET", "/api/v1/stats", &[], None);
+        assert_eq!(res.status, 401);
+    }
+    assert_eq!(api.get("/api/v1/stats").status, 200);
+    for _ in 0..3 {
+        let res = api.call_as("guess", "GET", "/api/v1/stats", &[], None);
+        assert_eq!(res.status, 401);
+    }
+    // Refused before the token is compared: even the right token waits.
+    let res = api.get("/api/v1/stats");
+    assert_eq!(res.status, 429, "{res:?}");
+    let retry_after: u64 = res
+        .head
+        .lines()
+        .find_map(|l| l.strip_prefix("retry-after: "))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("a Retry-After header");
+    assert!((1..=60).contains(&retry_after), "{retry_after}");
+    assert!(
+        res.json["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("too many wrong tokens")),
+        "{res:?}"
+    );
+    // The health endpoints stay open.
+    assert_eq!(api.relay.status("/healthz"), 200);
+}

@@ -180,3 +180,21 @@ async fn without_a_token_the_ui_is_open_on_loopback() {
     assert_eq!(page.status, 200);
     assert!(!page.body.contains("Log out"));
 }
+
+#[tokio::test]
+async fn the_login_page_refuses_an_address_after_too_many_wrong_tokens() {
+    let ui = Ui::start(&[("OUTBOX__ADMIN__FAILED_LOGINS_PER_MINUTE", "2")]).await;
+    let port = ui.port();
+    for _ in 0..2 {
+        let res = http::post(port, "/login", None, &http::form(&[("token", "guess")]));
+        assert_eq!(res.status, 401);
+    }
+    let res = http::post(port, "/login", None, &http::form(&[("token", TOKEN)]));
+    assert_eq!(res.status, 429);
+    assert!(
+        res.header("set-cookie").is_none(),
+        "no session while refused"
+    );
+    assert!(res.header("retry-after").is_some());
+    assert!(res.body.contains("Too many wrong tokens"), "{}", res.body);
+}

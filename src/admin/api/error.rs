@@ -15,6 +15,9 @@ pub enum ApiError {
     /// No token, or a wrong one.
     #[error("missing or wrong bearer token")]
     Unauthorized,
+    /// Too many wrong tokens from this address lately; the seconds to wait.
+    #[error("too many wrong tokens from this address; try again in {0} s")]
+    TooManyAttempts(u64),
     /// The caller may look but not act.
     #[error("this token may only read")]
     Forbidden,
@@ -44,6 +47,7 @@ impl ResponseError for ApiError {
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden => StatusCode::FORBIDDEN,
+            ApiError::TooManyAttempts(_) => StatusCode::TOO_MANY_REQUESTS,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::Unprocessable(_) => StatusCode::UNPROCESSABLE_ENTITY,
@@ -57,6 +61,9 @@ impl ResponseError for ApiError {
         let mut response = HttpResponse::build(self.status_code());
         if matches!(self, ApiError::Unauthorized) {
             response.insert_header((header::WWW_AUTHENTICATE, "Bearer"));
+        }
+        if let ApiError::TooManyAttempts(seconds) = self {
+            response.insert_header((header::RETRY_AFTER, seconds.to_string()));
         }
         response.json(serde_json::json!({ "error": self.to_string() }))
     }

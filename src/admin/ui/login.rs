@@ -130,6 +130,21 @@ pub async fn submit(
         return Err(UiError::Forbidden("cross-site login refused".into()));
     }
     let next = safe_next(form_data.next.as_deref());
+    let ip = req.peer_addr().map(|a| a.ip());
+    if let Some(wait) = ip.and_then(|ip| state.throttle.refused(ip)) {
+        tracing::warn!(ip = ?ip, "ui login refused: too many wrong tokens");
+        let message = format!(
+            "Too many wrong tokens from your address. Try again in {} s.",
+            wait.as_secs().max(1)
+        );
+        let mut response =
+            html_response(StatusCode::TOO_MANY_REQUESTS, form(&next, Some(&message)));
+        response.headers_mut().insert(
+            actix_web::http::header::RETRY_AFTER,
+            actix_web::http::header::HeaderValue::from(wait.as_secs().max(1)),
+        );
+        return Ok(response);
+    }
     let token = form_data.token.trim();
     match state
         .tokens
@@ -144,7 +159,10 @@ pub async fn submit(
                 .finish())
         }
         None => {
-            tracing::warn!("ui login refused: wrong token");
+            if let Some(ip) = ip {
+                state.throttle.failed(ip);
+            }
+            tracing::warn!(ip = ?ip, "ui login refused: wrong token");
             Ok(html_response(
                 StatusCode::UNAUTHORIZED,
                 form(&next, Some("That token is not accepted.")),

@@ -190,6 +190,7 @@ mod tests {
             addr: "127.0.0.1:0".into(),
             token: Some(admin.into()),
             read_only_token: ro.map(str::to_string),
+            ..AdminSettings::default()
         })
     }
 
