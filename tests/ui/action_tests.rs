@@ -271,3 +271,56 @@ async fn state_changing_posts_without_the_csrf_token_are_refused() {
         1
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_only_the_dead_letters_that_died_within_a_time_range() {
+    let ui = Ui::start(&[]).await;
+    for _ in 0..3 {
+        dead_event(&ui, "ranged", "'{}'", "WRONGTYPE then").await;
+    }
+    // Two died on the night of the 1st, one on the 2nd (UTC).
+    ui.db
+        .exec(
+            "UPDATE outbox SET dead_at = t.at FROM (
+                 SELECT id, ('2026-12-01 22:00+00'::timestamptz + (row_number() OVER (ORDER BY seq)
+                     * interval '1 hour')) AS at FROM outbox) t
+             WHERE outbox.id = t.id",
+        )
+        .await;
+    let b = Browser::start().await;
+    b.login(&ui.base(), TOKEN).await;
+    b.goto(&format!(
+        "{}/dead?from=2026-12-01T22:30&to=2026-12-02T00:30",
+        ui.base()
+    ))
+    .await;
+    assert_eq!(b.text("#dead-total").await, "2");
+    assert_eq!(
+        b.count("form.filters input[type=datetime-local][name=from]")
+            .await,
+        1
+    );
+    b.click("a[href^='/dead/confirm?action=retry']").await;
+    assert_eq!(b.text("#confirm-count").await, "2");
+    b.click("#confirm").await;
+    b.wait_text("Retried 2 dead letter", WAIT).await;
+    let late = "SELECT count(*) FROM outbox WHERE dead_at IS NOT NULL
+                AND dead_at >= '2026-12-02 01:00+00'";
+    assert_eq!(
+        ui.db.scalar(late).await,
+        1,
+        "the one outside the range stays dead"
+    );
+    assert_eq!(
+        ui.db
+            .scalar("SELECT count(*) FROM outbox WHERE dead_at IS NOT NULL")
+            .await,
+        1
+    );
+    b.close().await;
+    // A time the server cannot read is a clear 400, not an empty list.
+    let (cookie, _) = ui.http_login(TOKEN);
+    let res = http::get(ui.port(), "/dead?from=yesterday", Some(&cookie));
+    assert_eq!(res.status, 400);
+    assert!(res.body.contains("not a time"), "{}", res.body);
+}

@@ -6,6 +6,7 @@
 //! `db::dead` steering functions as the API (audit row included) and wakes the claimer.
 
 use actix_web::{web, HttpRequest, HttpResponse};
+use chrono::{DateTime, NaiveDate, NaiveDateTime, Utc};
 use maud::{html, Markup};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
@@ -33,6 +34,12 @@ pub struct Target {
     error: String,
     #[serde(default)]
     fingerprint: String,
+    /// Died at or after this time (UTC; `datetime-local`, a date, or RFC 3339).
+    #[serde(default)]
+    from: String,
+    /// Died before this time (same forms).
+    #[serde(default)]
+    to: String,
     #[serde(default)]
     id: String,
 }
@@ -69,15 +76,65 @@ fn opt(s: &str) -> Option<String> {
     Some(s.trim().to_string()).filter(|s| !s.is_empty())
 }
 
+/// A time typed into the form, read as UTC: what a `datetime-local` or `date` field sends,
+/// or a full RFC 3339 time with its own offset.
+fn parse_time(field: &str, text: &str) -> Result<Option<DateTime<Utc>>, UiError> {
+    let text = text.trim();
+    if text.is_empty() {
+        return Ok(None);
+    }
+    if let Ok(t) = DateTime::parse_from_rfc3339(text) {
+        return Ok(Some(t.with_timezone(&Utc)));
+    }
+    for pattern in ["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M"] {
+        if let Ok(t) = NaiveDateTime::parse_from_str(text, pattern) {
+            return Ok(Some(t.and_utc()));
+        }
+    }
+    if let Some(midnight) = NaiveDate::parse_from_str(text, "%Y-%m-%d")
+        .ok()
+        .and_then(|d| d.and_hms_opt(0, 0, 0))
+    {
+        return Ok(Some(midnight.and_utc()));
+    }
+    Err(UiError::BadRequest(format!(
+        "{field}: {text:?} is not a time; use YYYY-MM-DDTHH:MM (UTC)"
+    )))
+}
+
 impl Target {
-    fn filter(&self) -> DeadFilter {
-        DeadFilter {
+    fn filter(&self) -> Result<DeadFilter, UiError> {
+        let dead_after = parse_time("from", &self.from)?;
+        let dead_before = parse_time("to", &self.to)?;
+        if let (Some(from), Some(to)) = (dead_after, dead_before) {
+            if from >= to {
+                return Err(UiError::BadRequest(format!(
+                    "the range is empty: from ({from}) is not before to ({to})"
+                )));
+            }
+        }
+        Ok(DeadFilter {
             topic: opt(&self.topic),
             partition_key: opt(&self.key),
             error_contains: opt(&self.error),
             fingerprint: opt(&self.fingerprint),
-            ..DeadFilter::default()
-        }
+            dead_after,
+            dead_before,
+        })
+    }
+
+    /// Every field with its form name: the query string and the hidden fields of the
+    /// confirmation carry exactly these.
+    fn fields(&self) -> [(&'static str, &String); 7] {
+        [
+            ("topic", &self.topic),
+            ("key", &self.key),
+            ("error", &self.error),
+            ("fingerprint", &self.fingerprint),
+            ("from", &self.from),
+            ("to", &self.to),
+            ("id", &self.id),
+        ]
     }
 
     fn one(&self) -> Result<Option<Uuid>, UiError> {
@@ -95,13 +152,7 @@ impl Target {
         if let Some(a) = action {
             s.append_pair("action", a);
         }
-        for (k, v) in [
-            ("topic", &self.topic),
-            ("key", &self.key),
-            ("error", &self.error),
-            ("fingerprint", &self.fingerprint),
-            ("id", &self.id),
-        ] {
+        for (k, v) in self.fields() {
             if !v.is_empty() {
                 s.append_pair(k, v);
             }
@@ -116,6 +167,8 @@ impl Target {
             ("key", &self.key),
             ("error contains", &self.error),
             ("fingerprint", &self.fingerprint),
+            ("died at or after", &self.from),
+            ("died before", &self.to),
         ]
         .into_iter()
         .filter(|(_, v)| !v.is_empty())
@@ -148,7 +201,7 @@ pub async fn page(
     q: web::Query<PageQuery>,
 ) -> Result<HttpResponse, UiError> {
     let t = &q.target;
-    let filter = t.filter();
+    let filter = t.filter()?;
     let (groups, latest) = {
         let mut conn = super::conn(&state).await?;
         let groups = dead::groups(&mut conn, &filter).await?;
@@ -169,6 +222,8 @@ pub async fn page(
             label { "Topic" input type="text" name="topic" value=(t.topic); }
             label { "Key" input type="text" name="key" value=(t.key); }
             label { "Error contains" input type="text" name="error" value=(t.error); }
+            label { "Died from (UTC)" input type="datetime-local" name="from" value=(t.from); }
+            label { "to (UTC)" input type="datetime-local" name="to" value=(t.to); }
             input type="hidden" name="fingerprint" value=(t.fingerprint);
             button.primary type="submit" { "Filter" }
             a.button href="/dead" { "Clear" }
@@ -238,7 +293,7 @@ pub async fn confirm(
                 html! { "the event " a href={ "/events/" (id) } { code { (id) } } " (" (e.topic) ")" },
             )
         }
-        None => (dead::count(&mut conn, &t.filter()).await?, t.describe()),
+        None => (dead::count(&mut conn, &t.filter()?).await?, t.describe()),
     };
     drop(conn);
     let verb = if action == DeadAction::Retry {
@@ -262,7 +317,7 @@ pub async fn confirm(
                 form.actions method="post" action="/dead/apply" {
                     (layout::csrf_field(&session))
                     input type="hidden" name="action" value=(q.action);
-                    @for (k, v) in [("topic", &t.topic), ("key", &t.key), ("error", &t.error), ("fingerprint", &t.fingerprint), ("id", &t.id)] {
+                    @for (k, v) in t.fields() {
                         input type="hidden" name=(k) value=(v);
                     }
                     button #confirm type="submit" class=(if action == DeadAction::Retry { "primary" } else { "danger" }) {
@@ -298,7 +353,7 @@ pub async fn apply(
             Steered::NotFound => return Err(UiError::NotFound(format!("no event {id}"))),
             Steered::NotDead => 0,
         },
-        None => dead::act_on_matching(&mut conn, action, &t.filter(), &actor.who).await?,
+        None => dead::act_on_matching(&mut conn, action, &t.filter()?, &actor.who).await?,
     };
     if action == DeadAction::Retry && n > 0 {
         wake_claimer(&state);
@@ -312,4 +367,40 @@ pub async fn apply(
         back.query(None),
         form.action
     )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_from_the_form_are_read_as_utc() {
+        let want: DateTime<Utc> = "2026-12-03T06:40:00Z".parse().expect("time");
+        for text in [
+            "2026-12-03T06:40",
+            "2026-12-03T06:40:00",
+            " 2026-12-03 06:40 ",
+            "2026-12-03T07:40:00+01:00",
+        ] {
+            assert_eq!(parse_time("from", text).expect(text), Some(want), "{text}");
+        }
+        let midnight: DateTime<Utc> = "2026-12-03T00:00:00Z".parse().expect("time");
+        assert_eq!(
+            parse_time("to", "2026-12-03").expect("date"),
+            Some(midnight)
+        );
+        assert_eq!(parse_time("to", "  ").expect("blank"), None);
+        let err = parse_time("to", "yesterday").expect_err("not a time");
+        assert!(err.to_string().contains("to: \"yesterday\""), "{err}");
+    }
+
+    #[test]
+    fn an_empty_range_is_refused_not_silently_matched_by_nothing() {
+        let t = Target {
+            from: "2026-12-03T08:00".into(),
+            to: "2026-12-03T07:00".into(),
+            ..Target::default()
+        };
+        assert!(t.filter().is_err());
+    }
 }
