@@ -145,6 +145,9 @@ pub struct RelaySettings {
     pub lease: Duration,
     /// Events claimed per transaction.
     pub batch_size: u32,
+    /// Bytes of payload and headers claimed per transaction (the first event always goes,
+    /// however big): bounds the relay's memory when events are large.
+    pub batch_bytes: u64,
     /// Claim transactions a replica runs at once while there is a backlog (one when idle).
     pub workers: u32,
     /// Mark a batch published while its publish runs, in the same transaction (see
@@ -225,6 +228,7 @@ impl Default for RelaySettings {
         RelaySettings {
             lease: Duration::from_secs(30),
             batch_size: 1000,
+            batch_bytes: 4 * 1024 * 1024,
             workers: 2,
             overlap_mark: true,
             quiet_above: 1500,
@@ -361,6 +365,12 @@ impl Settings {
         }
         if !(1..=10_000).contains(&self.relay.batch_size) {
             return Err(ConfigError::new("relay.batch_size", "must be 1..=10000"));
+        }
+        if !(1024..=1024 * 1024 * 1024).contains(&self.relay.batch_bytes) {
+            return Err(ConfigError::new(
+                "relay.batch_bytes",
+                "must be 1024..=1073741824 (1 KiB to 1 GiB)",
+            ));
         }
         if self.relay.cluster_claims > 1024 {
             return Err(ConfigError::new(

@@ -10,8 +10,16 @@ use common::*;
 use diesel_async::SimpleAsyncConnection;
 use std::time::Duration;
 
-use outbox_relay::db::outbox::{take_claim_slot, Slot};
+use outbox_relay::db::outbox::{take_claim_slot, BatchLimits, Slot};
 use outbox_relay::relay::cycle::claim_chains;
+
+/// Limits of `n` rows and no byte bound that matters.
+fn rows(n: i64) -> BatchLimits {
+    BatchLimits {
+        rows: n,
+        bytes: 1 << 30,
+    }
+}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_second_claimer_gets_its_own_batch_while_the_first_holds_one() {
@@ -23,8 +31,12 @@ async fn a_second_claimer_gets_its_own_batch_while_the_first_holds_one() {
     first.batch_execute("BEGIN").await.expect("begin");
     second.batch_execute("BEGIN").await.expect("begin");
 
-    let a = claim_chains(&mut first, 500).await.expect("first claim");
-    let b = claim_chains(&mut second, 500).await.expect("second claim");
+    let a = claim_chains(&mut first, rows(500))
+        .await
+        .expect("first claim");
+    let b = claim_chains(&mut second, rows(500))
+        .await
+        .expect("second claim");
     assert_eq!(a.heads, 500);
     assert_eq!(b.heads, 500, "the second claimer came back short");
 
@@ -122,7 +134,7 @@ async fn a_run_never_takes_an_event_whose_own_transaction_has_an_earlier_one_pen
 
     let mut claimer = db.conn().await;
     claimer.batch_execute("BEGIN").await.expect("begin");
-    let heads = claim_heads(&mut claimer, 10, HeadScan::Oldest(40))
+    let heads = claim_heads(&mut claimer, rows(10), HeadScan::Oldest(40))
         .await
         .expect("heads");
     assert_eq!(heads.len(), 1, "only the committed event is visible");
@@ -136,7 +148,7 @@ async fn a_run_never_takes_an_event_whose_own_transaction_has_an_earlier_one_pen
         &mut claimer,
         &[("t0".into(), "k".into(), heads[0].seq)],
         10,
-        10,
+        rows(10),
     )
     .await
     .expect("runs");
@@ -146,4 +158,90 @@ async fn a_run_never_takes_an_event_whose_own_transaction_has_an_earlier_one_pen
         "n=3 taken behind the head while n=1 of its own transaction is pending: {taken:?}"
     );
     claimer.batch_execute("ROLLBACK").await.expect("rollback");
+}
+
+/// Big events: a claim stops at `relay.batch_bytes` (one event past it at most), keeps each
+/// key's run a prefix in order, and when its heads were cut, says it is full so the
+/// replica's other workers claim the rest at once.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_claim_of_big_events_stops_at_its_byte_budget_and_keeps_key_order() {
+    let db = TestDb::new().await;
+    // 40 events of ~100 KB: keys k0..k3 with 10 events each, in seq order per key.
+    db.exec(
+        "INSERT INTO outbox (topic, payload, partition_key)
+         SELECT 'big', jsonb_build_object('n', i, 'pad', repeat('x', 100000)), 'k' || (i % 4)
+         FROM generate_series(0, 39) AS i",
+    )
+    .await;
+    let limits = BatchLimits {
+        rows: 1000,
+        bytes: 450_000,
+    };
+    let mut claimed_n: Vec<i64> = Vec::new();
+    let mut claims = 0;
+    loop {
+        let mut c = db.conn().await;
+        c.batch_execute("BEGIN").await.expect("begin");
+        let claim = claim_chains(&mut c, limits).await.expect("claim");
+        let rows: Vec<&outbox_relay::db::outbox::ClaimedRow> =
+            claim.chains.iter().flatten().collect();
+        if rows.is_empty() {
+            c.batch_execute("ROLLBACK").await.expect("rollback");
+            break;
+        }
+        claims += 1;
+        let bytes: usize = rows.iter().map(|r| r.payload.len() + r.headers.len()).sum();
+        let biggest = rows
+            .iter()
+            .map(|r| r.payload.len() + r.headers.len())
+            .max()
+            .unwrap_or(0);
+        assert!(
+            bytes < 450_000 + 2 * biggest,
+            "claim {claims} took {bytes} bytes in {} events",
+            rows.len()
+        );
+        let seqs: Vec<i64> = rows.iter().map(|r| r.seq).collect();
+        let list = seqs
+            .iter()
+            .map(|s| s.to_string())
+            .collect::<Vec<_>>()
+            .join(",");
+        c.batch_execute(&format!(
+            "UPDATE outbox SET published_at = now() WHERE seq IN ({list})"
+        ))
+        .await
+        .expect("mark");
+        c.batch_execute("COMMIT").await.expect("commit");
+        for r in rows {
+            let v: serde_json::Value = serde_json::from_str(&r.payload).expect("json");
+            claimed_n.push(v["n"].as_i64().expect("n"));
+        }
+    }
+    assert!(
+        claims >= 8,
+        "40 events of 100 KB in claims of 450 KB: {claims} claims"
+    );
+    assert_eq!(claimed_n.len(), 40, "every event claimed once");
+    for key in 0..4 {
+        let order: Vec<i64> = claimed_n.iter().copied().filter(|n| n % 4 == key).collect();
+        let mut sorted = order.clone();
+        sorted.sort_unstable();
+        assert_eq!(order, sorted, "key k{key} out of order");
+    }
+    // Heads cut by bytes are a backlog to share: the claim says it is full.
+    db.exec(
+        "INSERT INTO outbox (topic, payload)
+         SELECT 'big', jsonb_build_object('pad', repeat('x', 100000)) FROM generate_series(1, 10)",
+    )
+    .await;
+    let mut c = db.conn().await;
+    c.batch_execute("BEGIN").await.expect("begin");
+    let claim = claim_chains(&mut c, limits).await.expect("claim");
+    assert_eq!(
+        claim.heads, 5,
+        "4 heads under 450 KB, and the one that crosses it"
+    );
+    assert!(claim.full);
+    c.batch_execute("ROLLBACK").await.expect("rollback");
 }

@@ -80,7 +80,10 @@ pub async fn ceiling(env: &BenchEnv, n: u64) -> anyhow::Result<Drain> {
         .and_then(|v| v.parse::<usize>().ok())
         .filter(|&n| n > 0)
         .unwrap_or(CEILING_LOOPS);
-    let batch = i64::from(defaults.relay.batch_size);
+    let batch = outbox::BatchLimits {
+        rows: i64::from(defaults.relay.batch_size),
+        bytes: defaults.relay.batch_bytes as i64,
+    };
     harness::measure_drain(env, n, Shape::Mixed, "", async |scratch: &Scratch| {
         let loops = (0..workers).map(|_| {
             let url = scratch.url.clone();

@@ -119,9 +119,39 @@ pub async fn take_claim_slot(
     })
 }
 
-/// Locks up to `limit` claimable events, oldest first, skipping rows locked elsewhere.
-/// Claimable: pending, due, topic not paused, and no earlier pending event of the same key.
+/// How much one claim may take: rows, and bytes of payload and headers.
 ///
+/// The byte bound keeps a batch of big events from costing the relay gigabytes (a
+/// thousand 1 MiB payloads): over a pod's memory limit it would be killed on the same batch
+/// at every restart. A statement returns rows, in `seq` order, while the bytes before them
+/// are under the budget, so the first row always comes even when it alone is bigger.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchLimits {
+    /// `relay.batch_size`.
+    pub rows: i64,
+    /// `relay.batch_bytes`.
+    pub bytes: i64,
+}
+
+/// Wraps a claim statement (whose rows have `payload` and `headers` text) so it returns its
+/// rows in `seq` order while the bytes before each are under the budget in parameter
+/// `$budget`. Rows cut off stay locked until commit: only this batch skips them.
+fn within_bytes(inner: &str, budget: usize) -> String {
+    format!(
+        "SELECT * FROM (
+             SELECT c.*, sum(octet_length(c.payload) + octet_length(c.headers))
+                         OVER (ORDER BY c.seq) AS upto_bytes
+             FROM ({inner}) AS c) AS b
+         WHERE upto_bytes - octet_length(payload) - octet_length(headers) < ${budget}
+         ORDER BY seq"
+    )
+}
+
+/// The bytes of a claimed row that count against [`BatchLimits::bytes`].
+pub fn row_bytes(row: &ClaimedRow) -> i64 {
+    (row.payload.len() + row.headers.len()) as i64
+}
+
 /// Which pending rows a head scan looks at.
 #[derive(Debug, Clone, Copy)]
 pub enum HeadScan {
@@ -133,10 +163,11 @@ pub enum HeadScan {
     After(i64),
 }
 
-/// Locks up to `limit` claimable heads among the rows `scan` names; see [`HeadScan`].
+/// Locks up to `limits` of claimable heads among the rows `scan` names; see [`HeadScan`].
+/// Claimable: pending, due, topic not paused, and no earlier pending event of the same key.
 pub async fn claim_heads(
     conn: &mut AsyncPgConnection,
-    limit: i64,
+    limits: BatchLimits,
     scan: HeadScan,
 ) -> Result<Vec<ClaimedRow>, DbError> {
     const FILTER: &str = "o.published_at IS NULL AND o.dead_at IS NULL AND o.available_at <= now()
@@ -171,8 +202,7 @@ pub async fn claim_heads(
                          SELECT {COLUMNS} FROM outbox o
                          WHERE o.seq = h.seq AND {FILTER}
                          FOR UPDATE OF o SKIP LOCKED) AS f
-                     LIMIT $1) AS claimed
-                 ORDER BY seq"
+                     LIMIT $1) AS claimed"
             ),
             window,
         ),
@@ -198,9 +228,10 @@ pub async fn claim_heads(
             window,
         ),
     };
-    let query = diesel::sql_query(sql)
-        .bind::<BigInt, _>(limit)
-        .bind::<BigInt, _>(window);
+    let query = diesel::sql_query(within_bytes(&sql, 3))
+        .bind::<BigInt, _>(limits.rows)
+        .bind::<BigInt, _>(window)
+        .bind::<BigInt, _>(limits.bytes);
     Ok(prepared(query).load(conn).await?)
 }
 
@@ -235,8 +266,8 @@ pub async fn window_has_waiting(
     Ok(row.waiting)
 }
 
-/// Locks up to `limit` pending events that follow the given key heads (at most `per_key`
-/// for each head, in seq order). The per-key LATERAL keeps the work proportional to what is
+/// Locks up to `limits` of pending events that follow the given key heads (at most
+/// `per_key` for each head, in seq order). The per-key LATERAL keeps the work proportional to what is
 /// taken, not to the keys' whole backlog.
 ///
 /// A head is the first pending event of its key in the snapshot of `claim_heads`; this
@@ -250,9 +281,9 @@ pub async fn claim_runs(
     conn: &mut AsyncPgConnection,
     heads: &[(String, String, i64)],
     per_key: i64,
-    limit: i64,
+    limits: BatchLimits,
 ) -> Result<Vec<ClaimedRow>, DbError> {
-    if heads.is_empty() || limit <= 0 || per_key <= 0 {
+    if heads.is_empty() || limits.rows <= 0 || limits.bytes <= 0 || per_key <= 0 {
         return Ok(Vec::new());
     }
     let topics: Vec<&str> = heads.iter().map(|h| h.0.as_str()).collect();
@@ -274,12 +305,13 @@ pub async fn claim_runs(
          LIMIT $5"
     );
     Ok(prepared(
-        diesel::sql_query(sql)
+        diesel::sql_query(within_bytes(&sql, 6))
             .bind::<Array<Text>, _>(topics)
             .bind::<Array<Text>, _>(keys)
             .bind::<Array<BigInt>, _>(seqs)
             .bind::<BigInt, _>(per_key)
-            .bind::<BigInt, _>(limit),
+            .bind::<BigInt, _>(limits.rows)
+            .bind::<BigInt, _>(limits.bytes),
     )
     .load(conn)
     .await?)

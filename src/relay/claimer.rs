@@ -164,7 +164,7 @@ impl Claimer {
                 self.outage_streak = 0;
                 self.health.set_relay_ok(true);
                 crate::telemetry::cycle_done(&report);
-                backlog = report.heads as i64 >= self.deps.batch_size;
+                backlog = report.full;
                 progressed = report.claimed > 0;
                 if report.no_slot {
                     self.slots_full_until = Some(Instant::now() + SLOTS_FULL_FOR);

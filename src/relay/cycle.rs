@@ -21,9 +21,10 @@ use super::ordering::{self, Claimed};
 use super::overlap::Overlap;
 use super::retry::RetryScheduler;
 use super::slots::SlotGate;
-use crate::db::outbox::{self, ClaimedRow, HeadScan};
+use crate::db::outbox::{self, BatchLimits, ClaimedRow, HeadScan};
 use crate::db::{topics, DbError, Pool};
 use crate::publish::{Outcome, PublishError, StreamEvent};
+use crate::relay::sizing::SizeHint;
 
 /// How many window-sized slices after the oldest window a fallback head scan may start at.
 const AFTER_SLICES: i64 = 4;
@@ -37,8 +38,10 @@ pub struct CycleDeps {
     pub dispatchers: Dispatchers,
     /// Where failures are planned.
     pub retry: Addr<RetryScheduler>,
-    /// Heads claimed per transaction.
-    pub batch_size: i64,
+    /// What one transaction may claim (`relay.batch_size`, `relay.batch_bytes`).
+    pub limits: BatchLimits,
+    /// The size of recent events, which narrows the row limit when they are big.
+    pub size_hint: SizeHint,
     /// Delete published rows in the same transaction (`retention.published_for = 0s`).
     pub delete_on_publish: bool,
     /// Whether the mark may run beside the publish.
@@ -52,8 +55,10 @@ pub struct CycleDeps {
 pub struct CycleReport {
     /// Events locked (heads and their runs).
     pub claimed: usize,
-    /// Heads locked: a full batch means more work is waiting.
+    /// Heads locked.
     pub heads: usize,
+    /// The claim stopped at a limit (rows or bytes): more work may be waiting.
+    pub full: bool,
     /// Newly appended, per topic.
     pub published: HashMap<String, u64>,
     /// Found already in their stream (an earlier attempt's XADD survived a crash).
@@ -211,17 +216,19 @@ pub struct Claim {
     pub heads: usize,
     /// Heads left for later (their topic is paused).
     pub deferred: usize,
+    /// The heads reached a limit (rows or bytes): more may be waiting.
+    pub full: bool,
     /// Per-topic trimming of the claimed topics.
     pub maxlen: HashMap<String, u64>,
 }
 
-/// Claims one batch; see [`Claim`].
+/// Claims one batch within `limits`; see [`Claim`].
 pub async fn claim_chains(
     c: &mut diesel_async::AsyncPgConnection,
-    batch_size: i64,
+    limits: BatchLimits,
 ) -> Result<Claim, DbError> {
-    let window = batch_size * 4;
-    let mut heads = outbox::claim_heads(c, batch_size, HeadScan::Oldest(window)).await?;
+    let window = limits.rows * 4;
+    let mut heads = outbox::claim_heads(c, limits, HeadScan::Oldest(window)).await?;
     if heads.is_empty() && outbox::window_has_waiting(c, window).await? {
         // The oldest window is blocked: events not due yet (a failing key's head waiting
         // for its retry, and that key's followers) or paused topics. Look further, so they
@@ -236,8 +243,10 @@ pub async fn claim_chains(
         // every row is still reached, by the scans that draw the first slice. No second scan
         // when a later slice is empty: it would walk the same rows again.
         let slice = rand::random_range(0..AFTER_SLICES);
-        heads = outbox::claim_heads(c, batch_size, HeadScan::After(window * (1 + slice))).await?;
+        heads = outbox::claim_heads(c, limits, HeadScan::After(window * (1 + slice))).await?;
     }
+    let head_bytes: i64 = heads.iter().map(outbox::row_bytes).sum();
+    let full = heads.len() as i64 >= limits.rows || head_bytes >= limits.bytes;
     let head_count = heads.len();
     let mut deferred = 0;
     if heads.is_empty() {
@@ -260,19 +269,25 @@ pub async fn claim_chains(
                 .map(|k| (h.topic.clone(), k.clone(), h.seq))
         })
         .collect();
-    // Runs get their own budget of a batch: with many busy keys, every head brings its
-    // share of followers, so keys advance by more than one event per transaction.
-    let run_limit = batch_size;
+    // Runs get their own budget of a batch's rows: with many busy keys, every head brings
+    // its share of followers, so keys advance by more than one event per transaction. Bytes
+    // are one budget for the whole batch: what the heads left.
+    let left = limits.bytes - head_bytes;
+    let run_limits = BatchLimits {
+        rows: SizeHint::run_rows(limits, heads.len(), head_bytes, left),
+        bytes: left,
+    };
     let per_key = if keyed.is_empty() {
         0
     } else {
-        (run_limit + keyed.len() as i64 - 1) / keyed.len() as i64
+        (run_limits.rows + keyed.len() as i64 - 1) / keyed.len() as i64
     };
-    let followers = outbox::claim_runs(c, &keyed, per_key, run_limit).await?;
+    let followers = outbox::claim_runs(c, &keyed, per_key, run_limits).await?;
     Ok(Claim {
         chains: ordering::assemble(heads, followers),
         heads: head_count,
         deferred,
+        full,
         maxlen: states.maxlen,
     })
 }
@@ -294,8 +309,14 @@ async fn claim_and_publish(
         heads,
         deferred,
         maxlen,
-    } = claim_chains(c, deps.batch_size).await?;
+        full,
+    } = claim_chains(c, deps.size_hint.limits(deps.limits)).await?;
+    deps.size_hint.observe(
+        chains.iter().map(Vec::len).sum(),
+        chains.iter().flatten().map(outbox::row_bytes).sum(),
+    );
     report.heads = heads;
+    report.full = full;
     report.deferred = deferred;
     if chains.is_empty() {
         return Ok(report);

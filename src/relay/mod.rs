@@ -23,6 +23,7 @@ pub mod overlap;
 pub mod periodic;
 pub mod quiet;
 pub mod retry;
+pub mod sizing;
 pub mod slots;
 pub mod stats;
 pub mod throughput;
@@ -64,7 +65,10 @@ pub fn start(
 ) -> RelayHandle {
     let dispatchers = Dispatchers::new(publisher);
     let retry_settings = settings.retry.clone();
-    let batch_size = i64::from(settings.relay.batch_size);
+    let limits = crate::db::outbox::BatchLimits {
+        rows: i64::from(settings.relay.batch_size),
+        bytes: settings.relay.batch_bytes as i64,
+    };
     let delete_on_publish = settings.delete_on_publish();
     let poll_interval = settings.relay.poll_interval;
     let workers = settings.relay.workers as usize;
@@ -79,7 +83,8 @@ pub fn start(
             pool: claimer_pool,
             dispatchers,
             retry,
-            batch_size,
+            limits,
+            size_hint: sizing::SizeHint::default(),
             delete_on_publish,
             overlap: overlap::Overlap::new(overlap_mark),
             slots: slots::SlotGate::new(cluster_claims),
