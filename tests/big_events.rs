@@ -32,9 +32,8 @@ async fn a_backlog_of_megabyte_events_drains_in_bounded_memory() {
          FROM generate_series(0, 149) AS i",
     )
     .await;
-    let mut env = base_env(&db, &redis);
-    env.push(("OUTBOX__RELAY__BATCH_BYTES".into(), "4194304".into()));
-    let relay = RelayProc::spawn("big", &env);
+    // The default `relay.batch_bytes` (4 MiB).
+    let relay = RelayProc::spawn("big", &base_env(&db, &redis));
     db.wait_for(
         "SELECT count(*) FROM outbox WHERE published_at IS NULL",
         0,
