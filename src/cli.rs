@@ -57,7 +57,14 @@ pub struct BenchArgs {
     /// speed varies by ±20% from one minute to the next).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=20))]
     pub repeat: u32,
-    /// Only these scenarios (drain, replicas, bloat, hotkey, baseline, ceiling, latency).
+    /// Steady rate of the soak run, events/s (run only when `--only` names `soak`).
+    #[arg(long, default_value_t = 2000)]
+    pub soak_rate: u64,
+    /// Duration of the soak run: latency per minute and the table's state at its end.
+    #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
+    pub soak_duration: std::time::Duration,
+    /// Only these scenarios (drain, replicas, bloat, hotkey, baseline, ceiling, latency;
+    /// `soak` runs only when named here).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
     /// Directory for the JSON results.

@@ -57,6 +57,8 @@ fn main() -> ExitCode {
                 polled_rates: b.polled_rates,
                 notify_always_rates: b.notify_always_rates,
                 bloat_rows: b.bloat_rows,
+                soak_rate: b.soak_rate,
+                soak_duration: b.soak_duration,
                 repeat: b.repeat,
                 duration: b.duration,
                 only: b.only,

@@ -32,6 +32,87 @@ pub struct Latency {
     pub rss: f64,
     /// Machine and Redis CPU while producing.
     pub load: super::machine::Load,
+    /// Percentiles per window of commit time, when asked for (a long run's drift).
+    pub windows: Vec<WindowFigure>,
+    /// The outbox table at the end, when asked for (what a long run left behind).
+    pub table: Option<TableFigure>,
+}
+
+/// Latency of the events committed within one window of a steady run.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct WindowFigure {
+    /// Start of the window, seconds after the producers started.
+    pub from_s: u64,
+    /// Events committed in it.
+    pub events: u64,
+    /// Median, ms.
+    pub p50_ms: f64,
+    /// 99th percentile, ms.
+    pub p99_ms: f64,
+    /// Maximum, ms.
+    pub max_ms: f64,
+}
+
+/// The outbox table after a steady run: its size, the dead tuples waiting for a vacuum, how
+/// often autovacuum ran, and each index's size.
+#[derive(Debug, Clone, Default, serde::Serialize, QueryableByName)]
+pub struct TableFigure {
+    /// Heap bytes.
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    pub heap_bytes: i64,
+    /// Live rows (statistics).
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    pub live_rows: i64,
+    /// Dead row versions not yet vacuumed (statistics).
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    pub dead_rows: i64,
+    /// Autovacuum runs on the table during the run.
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    pub autovacuums: i64,
+    /// `index=bytes` for each index, comma separated.
+    #[diesel(sql_type = Text)]
+    pub indexes: String,
+}
+
+/// Reads [`TableFigure`] for the scratch database's outbox.
+async fn table_figure(conn: &mut AsyncPgConnection) -> anyhow::Result<TableFigure> {
+    Ok(diesel::sql_query(
+        "SELECT pg_relation_size('outbox') AS heap_bytes,
+                s.n_live_tup AS live_rows, s.n_dead_tup AS dead_rows,
+                s.autovacuum_count AS autovacuums,
+                (SELECT string_agg(c.relname || '=' || pg_relation_size(c.oid), ', '
+                                   ORDER BY c.relname)
+                 FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+                 WHERE i.indrelid = 'outbox'::regclass) AS indexes
+         FROM pg_stat_user_tables s WHERE s.relname = 'outbox'",
+    )
+    .get_result(conn)
+    .await?)
+}
+
+/// Splits (commit time, latency) samples into windows of `width` from the start.
+fn windows(mut timed: Vec<(Duration, f64)>, width: Duration) -> Vec<WindowFigure> {
+    let width = width.as_secs().max(1);
+    timed.sort_by_key(|t| t.0);
+    let mut out: Vec<WindowFigure> = Vec::new();
+    let mut i = 0;
+    while i < timed.len() {
+        let from_s = timed[i].0.as_secs() / width * width;
+        let mut batch: Vec<f64> = Vec::new();
+        while i < timed.len() && timed[i].0.as_secs() < from_s + width {
+            batch.push(timed[i].1);
+            i += 1;
+        }
+        batch.sort_by(|a, b| a.total_cmp(b));
+        out.push(WindowFigure {
+            from_s,
+            events: batch.len() as u64,
+            p50_ms: percentile(&batch, 50.0).unwrap_or(0.0),
+            p99_ms: percentile(&batch, 99.0).unwrap_or(0.0),
+            max_ms: batch.last().copied().unwrap_or(0.0),
+        });
+    }
+    out
 }
 
 fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
@@ -57,6 +138,8 @@ impl Latency {
             peak_rss_mb: Some(self.rss),
             redis_cpu_seconds: self.load.redis_cpu,
             busy_cores: self.load.busy_cores,
+            windows: self.windows.clone(),
+            table: self.table.clone(),
             ..Figure::default()
         }
     }
@@ -96,15 +179,17 @@ impl Wakeup {
     }
 }
 
-/// Runs one steady rate for `duration`.
+/// Runs one steady rate for `duration`; with `window`, also reports percentiles per window
+/// and the table's state at the end (the soak run).
 pub async fn steady(
     env: &BenchEnv,
     rate: u64,
     duration: Duration,
     wakeup: Wakeup,
+    window: Option<Duration>,
 ) -> anyhow::Result<Latency> {
     let scratch = Scratch::new(env).await?;
-    let result = steady_in(&scratch, env, rate, duration, wakeup).await;
+    let result = steady_in(&scratch, env, rate, duration, wakeup, window).await;
     scratch.cleanup().await;
     result
 }
@@ -115,6 +200,7 @@ async fn steady_in(
     rate: u64,
     duration: Duration,
     wakeup: Wakeup,
+    window: Option<Duration>,
 ) -> anyhow::Result<Latency> {
     let poll_ms;
     let mut relay_env: Vec<(&str, &str)> = Vec::new();
@@ -239,6 +325,10 @@ async fn steady_in(
     let load = meter.stop(&mut meter_redis).await;
     producing.store(false, std::sync::atomic::Ordering::SeqCst);
     consumer.await??;
+    let table = match window {
+        Some(_) => Some(table_figure(&mut scratch.conn().await?).await?),
+        None => None,
+    };
     let (cpu, rss) = relay.stop();
     let committed = committed.lock().map(|c| c.clone()).unwrap_or_default();
     let received = received.lock().map(|r| r.clone()).unwrap_or_default();
@@ -257,8 +347,24 @@ async fn steady_in(
         committed.len() - samples.len(),
         committed.len()
     );
+    let windows = match window {
+        Some(width) => windows(
+            committed
+                .iter()
+                .filter_map(|(id, at)| {
+                    let got = received.get(id)?;
+                    let ms = got.saturating_duration_since(*at).as_secs_f64() * 1000.0;
+                    Some((at.saturating_duration_since(started), ms))
+                })
+                .collect(),
+            width,
+        ),
+        None => Vec::new(),
+    };
     samples.sort_by(|a, b| a.total_cmp(b));
     Ok(Latency {
+        windows,
+        table,
         events: committed.len() as u64,
         rate: committed.len() as f64 / produced_in.as_secs_f64().max(1e-9),
         samples,
@@ -266,4 +372,26 @@ async fn steady_in(
         rss,
         load,
     })
+}
+
+#[cfg(test)]
+mod window_tests {
+    use super::*;
+
+    #[test]
+    fn samples_fall_into_the_window_of_their_commit() {
+        let s = Duration::from_secs;
+        let timed = vec![
+            (s(61), 9.0),
+            (s(1), 1.0),
+            (s(59), 3.0),
+            (s(130), 5.0),
+            (s(0), 2.0),
+        ];
+        let w = windows(timed, s(60));
+        let summary: Vec<(u64, u64, f64)> =
+            w.iter().map(|w| (w.from_s, w.events, w.max_ms)).collect();
+        assert_eq!(summary, vec![(0, 3, 3.0), (60, 1, 9.0), (120, 1, 5.0)]);
+        assert_eq!(w[0].p50_ms, 2.0);
+    }
 }

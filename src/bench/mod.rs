@@ -25,6 +25,9 @@ pub use report::{Figure, Report};
 /// The relay's poll interval in the polled latency scenarios.
 pub const POLLED_INTERVAL: Duration = Duration::from_millis(10);
 
+/// The soak run reports its latency per window of this length.
+pub const SOAK_WINDOW: Duration = Duration::from_secs(60);
+
 /// What to run.
 #[derive(Debug, Clone)]
 pub struct BenchOptions {
@@ -41,6 +44,10 @@ pub struct BenchOptions {
     pub duration: Duration,
     /// Published rows waiting for retention in the bloat scenario.
     pub bloat_rows: u64,
+    /// Steady rate of the soak run (`--only soak`).
+    pub soak_rate: u64,
+    /// How long the soak run lasts.
+    pub soak_duration: Duration,
     /// Rounds of the throughput scenarios (each reports its median round).
     pub repeat: u32,
     /// Scenario names to run (empty: all).
@@ -144,9 +151,26 @@ pub async fn run(options: BenchOptions) -> anyhow::Result<Report> {
             .map(|&r| (r, Wakeup::NotifyAlways));
         for (rate, wakeup) in notified.chain(always).chain(polled) {
             let name = wakeup.scenario(rate);
-            let r = latency::steady(&env, rate, options.duration, wakeup).await;
+            let r = latency::steady(&env, rate, options.duration, wakeup, None).await;
             report.record(&name, r.map(|l| l.figure(&name)));
         }
+    }
+    // Only when named: ten minutes is not for every run.
+    if options.only.iter().any(|o| o == "soak") {
+        let rate = options.soak_rate;
+        let name = format!(
+            "soak at {rate}/s for {}",
+            humantime::format_duration(options.soak_duration)
+        );
+        let r = latency::steady(
+            &env,
+            rate,
+            options.soak_duration,
+            Wakeup::Notify,
+            Some(SOAK_WINDOW),
+        )
+        .await;
+        report.record(&name, r.map(|l| l.figure(&name)));
     }
     report.print();
     let path = report.write_json(&options.out_dir)?;

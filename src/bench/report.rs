@@ -37,6 +37,12 @@ pub struct Figure {
     pub redis_cpu_seconds: Option<f64>,
     /// Average cores busy on the whole machine during the span (of the machine's cores).
     pub busy_cores: Option<f64>,
+    /// Latency per window of a long steady run.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub windows: Vec<super::latency::WindowFigure>,
+    /// The outbox table after a long steady run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub table: Option<super::latency::TableFigure>,
     /// Events/s of every round, in run order, when the scenario ran more than once.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub rounds_events_per_sec: Vec<f64>,
@@ -157,6 +163,25 @@ impl Report {
                     .map(|r| format!("{r:.0}"))
                     .collect();
                 println!("{}: median of rounds {}", f.scenario, rounds.join(", "));
+            }
+        }
+        for f in &self.figures {
+            for w in &f.windows {
+                println!(
+                    "{}: from {:>4} s: {} events, p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
+                    f.scenario, w.from_s, w.events, w.p50_ms, w.p99_ms, w.max_ms
+                );
+            }
+            if let Some(t) = &f.table {
+                println!(
+                    "{}: table {:.0} MB, {} live rows, {} dead, {} autovacuums; indexes: {}",
+                    f.scenario,
+                    t.heap_bytes as f64 / 1e6,
+                    t.live_rows,
+                    t.dead_rows,
+                    t.autovacuums,
+                    t.indexes
+                );
             }
         }
         for f in &self.figures {

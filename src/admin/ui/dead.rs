@@ -123,17 +123,17 @@ impl Target {
         })
     }
 
-    /// Every field with its form name: the query string and the hidden fields of the
-    /// confirmation carry exactly these.
-    fn fields(&self) -> [(&'static str, &String); 7] {
+    /// Every field as (form name, words for a person, value): the query string, the hidden
+    /// fields of the confirmation and its description carry exactly these.
+    fn fields(&self) -> [(&'static str, &'static str, &String); 7] {
         [
-            ("topic", &self.topic),
-            ("key", &self.key),
-            ("error", &self.error),
-            ("fingerprint", &self.fingerprint),
-            ("from", &self.from),
-            ("to", &self.to),
-            ("id", &self.id),
+            ("topic", "topic", &self.topic),
+            ("key", "key", &self.key),
+            ("error", "error contains", &self.error),
+            ("fingerprint", "fingerprint", &self.fingerprint),
+            ("from", "died at or after", &self.from),
+            ("to", "died before", &self.to),
+            ("id", "id", &self.id),
         ]
     }
 
@@ -152,7 +152,7 @@ impl Target {
         if let Some(a) = action {
             s.append_pair("action", a);
         }
-        for (k, v) in self.fields() {
+        for (k, _, v) in self.fields() {
             if !v.is_empty() {
                 s.append_pair(k, v);
             }
@@ -162,17 +162,13 @@ impl Target {
 
     /// What it matches, for a person: empty for everything, else ` where topic = ...`.
     fn describe(&self) -> Markup {
-        let parts: Vec<(&str, &String)> = [
-            ("topic", &self.topic),
-            ("key", &self.key),
-            ("error contains", &self.error),
-            ("fingerprint", &self.fingerprint),
-            ("died at or after", &self.from),
-            ("died before", &self.to),
-        ]
-        .into_iter()
-        .filter(|(_, v)| !v.is_empty())
-        .collect();
+        // The id is not part of a filter: a single event is named by the caller.
+        let parts: Vec<(&str, &String)> = self
+            .fields()
+            .into_iter()
+            .filter(|(name, _, v)| *name != "id" && !v.is_empty())
+            .map(|(_, words, v)| (words, v))
+            .collect();
         html! {
             @if !parts.is_empty() {
                 " where "
@@ -317,7 +313,7 @@ pub async fn confirm(
                 form.actions method="post" action="/dead/apply" {
                     (layout::csrf_field(&session))
                     input type="hidden" name="action" value=(q.action);
-                    @for (k, v) in t.fields() {
+                    @for (k, _, v) in t.fields() {
                         input type="hidden" name=(k) value=(v);
                     }
                     button #confirm type="submit" class=(if action == DeadAction::Retry { "primary" } else { "danger" }) {
