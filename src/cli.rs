@@ -63,6 +63,10 @@ pub struct BenchArgs {
     /// Duration of the soak run: latency per minute and the table's state at its end.
     #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
     pub soak_duration: std::time::Duration,
+    /// During the soak run, `VACUUM (ANALYZE) outbox` at this interval: autovacuum's work, on a
+    /// server where autovacuum is off (as on this project's CI machine).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub soak_vacuum: Option<std::time::Duration>,
     /// Only these scenarios (drain, replicas, bloat, hotkey, baseline, ceiling, latency;
     /// `soak` runs only when named here).
     #[arg(long, value_delimiter = ',')]

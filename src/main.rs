@@ -59,6 +59,7 @@ fn main() -> ExitCode {
                 bloat_rows: b.bloat_rows,
                 soak_rate: b.soak_rate,
                 soak_duration: b.soak_duration,
+                soak_vacuum: b.soak_vacuum,
                 repeat: b.repeat,
                 duration: b.duration,
                 only: b.only,

@@ -69,6 +69,9 @@ pub struct TableFigure {
     /// Autovacuum runs on the table during the run.
     #[diesel(sql_type = diesel::sql_types::BigInt)]
     pub autovacuums: i64,
+    /// Explicit VACUUMs of the table during the run (`--soak-vacuum`).
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    pub vacuums: i64,
     /// `index=bytes` for each index, comma separated.
     #[diesel(sql_type = Text)]
     pub indexes: String,
@@ -79,7 +82,7 @@ async fn table_figure(conn: &mut AsyncPgConnection) -> anyhow::Result<TableFigur
     Ok(diesel::sql_query(
         "SELECT pg_relation_size('outbox') AS heap_bytes,
                 s.n_live_tup AS live_rows, s.n_dead_tup AS dead_rows,
-                s.autovacuum_count AS autovacuums,
+                s.autovacuum_count AS autovacuums, s.vacuum_count AS vacuums,
                 (SELECT string_agg(c.relname || '=' || pg_relation_size(c.oid), ', '
                                    ORDER BY c.relname)
                  FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
@@ -179,17 +182,27 @@ impl Wakeup {
     }
 }
 
-/// Runs one steady rate for `duration`; with `window`, also reports percentiles per window
-/// and the table's state at the end (the soak run).
+/// What a long steady run adds to a short one.
+#[derive(Debug, Clone, Copy)]
+pub struct Soak {
+    /// Percentiles are reported per window of this length.
+    pub window: Duration,
+    /// `VACUUM (ANALYZE) outbox` at this interval while producing: what autovacuum would do
+    /// on a server where it is on (this machine's CI configuration turns it off).
+    pub vacuum_every: Option<Duration>,
+}
+
+/// Runs one steady rate for `duration`; with `soak`, also reports percentiles per window and
+/// the table's state at the end.
 pub async fn steady(
     env: &BenchEnv,
     rate: u64,
     duration: Duration,
     wakeup: Wakeup,
-    window: Option<Duration>,
+    soak: Option<Soak>,
 ) -> anyhow::Result<Latency> {
     let scratch = Scratch::new(env).await?;
-    let result = steady_in(&scratch, env, rate, duration, wakeup, window).await;
+    let result = steady_in(&scratch, env, rate, duration, wakeup, soak).await;
     scratch.cleanup().await;
     result
 }
@@ -200,7 +213,7 @@ async fn steady_in(
     rate: u64,
     duration: Duration,
     wakeup: Wakeup,
-    window: Option<Duration>,
+    soak: Option<Soak>,
 ) -> anyhow::Result<Latency> {
     let poll_ms;
     let mut relay_env: Vec<(&str, &str)> = Vec::new();
@@ -226,6 +239,24 @@ async fn steady_in(
     let received: Arc<Mutex<HashMap<Uuid, Instant>>> = Arc::default();
     let total = rate * duration.as_secs().max(1);
 
+    let vacuumer = soak.and_then(|s| s.vacuum_every).map(|every| {
+        let producing = producing.clone();
+        let url = scratch.url.clone();
+        tokio::spawn(async move {
+            let mut conn = AsyncPgConnection::establish(&url).await?;
+            loop {
+                tokio::time::sleep(every).await;
+                // Spelled out: diesel's `load` is in scope too.
+                if !std::sync::atomic::AtomicBool::load(
+                    &producing,
+                    std::sync::atomic::Ordering::SeqCst,
+                ) {
+                    return Ok::<_, anyhow::Error>(());
+                }
+                conn.batch_execute("VACUUM (ANALYZE) outbox").await?;
+            }
+        })
+    });
     let consumer = {
         let received = received.clone();
         let producing = producing.clone();
@@ -325,7 +356,10 @@ async fn steady_in(
     let load = meter.stop(&mut meter_redis).await;
     producing.store(false, std::sync::atomic::Ordering::SeqCst);
     consumer.await??;
-    let table = match window {
+    if let Some(vacuumer) = vacuumer {
+        vacuumer.await??;
+    }
+    let table = match soak {
         Some(_) => Some(table_figure(&mut scratch.conn().await?).await?),
         None => None,
     };
@@ -347,8 +381,8 @@ async fn steady_in(
         committed.len() - samples.len(),
         committed.len()
     );
-    let windows = match window {
-        Some(width) => windows(
+    let windows = match soak {
+        Some(Soak { window: width, .. }) => windows(
             committed
                 .iter()
                 .filter_map(|(id, at)| {

@@ -48,6 +48,8 @@ pub struct BenchOptions {
     pub soak_rate: u64,
     /// How long the soak run lasts.
     pub soak_duration: Duration,
+    /// VACUUM the outbox at this interval during the soak run.
+    pub soak_vacuum: Option<Duration>,
     /// Rounds of the throughput scenarios (each reports its median round).
     pub repeat: u32,
     /// Scenario names to run (empty: all).
@@ -158,16 +160,24 @@ pub async fn run(options: BenchOptions) -> anyhow::Result<Report> {
     // Only when named: ten minutes is not for every run.
     if options.only.iter().any(|o| o == "soak") {
         let rate = options.soak_rate;
+        let vacuum = options
+            .soak_vacuum
+            .map(|every| format!(", VACUUM every {}", humantime::format_duration(every)))
+            .unwrap_or_default();
         let name = format!(
-            "soak at {rate}/s for {}",
+            "soak at {rate}/s for {}{vacuum}",
             humantime::format_duration(options.soak_duration)
         );
+        let soak = latency::Soak {
+            window: SOAK_WINDOW,
+            vacuum_every: options.soak_vacuum,
+        };
         let r = latency::steady(
             &env,
             rate,
             options.soak_duration,
             Wakeup::Notify,
-            Some(SOAK_WINDOW),
+            Some(soak),
         )
         .await;
         report.record(&name, r.map(|l| l.figure(&name)));

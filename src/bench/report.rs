@@ -174,12 +174,13 @@ impl Report {
             }
             if let Some(t) = &f.table {
                 println!(
-                    "{}: table {:.0} MB, {} live rows, {} dead, {} autovacuums; indexes: {}",
+                    "{}: table {:.0} MB, {} live rows, {} dead, {} autovacuums, {} vacuums; indexes: {}",
                     f.scenario,
                     t.heap_bytes as f64 / 1e6,
                     t.live_rows,
                     t.dead_rows,
                     t.autovacuums,
+                    t.vacuums,
                     t.indexes
                 );
             }
