@@ -255,7 +255,7 @@ impl Publisher {
                     .iter()
                     .map(|&i| (items[i].0, items[i].1.as_str()))
                     .collect();
-                let replies = self.invoke(&stream, &sent, maxlen).await?;
+                let replies = self.invoke(&stream, topic, &sent, maxlen).await?;
                 for (&i, outcome) in call.iter().zip(replies) {
                     if matches!(outcome, Outcome::Failed(_)) {
                         failed.insert(items[i].1.clone());
@@ -272,16 +272,17 @@ impl Publisher {
             .collect())
     }
 
-    /// One script call: appends `sent` (event, chain name) to `stream` with dedup.
+    /// One script call: appends `sent` (event, chain name) to `stream` with dedup; every
+    /// entry's `topic` field is `topic`, sent once.
     async fn invoke(
         &self,
         stream: &str,
+        topic: &str,
         sent: &[(&StreamEvent, &str)],
         maxlen: u64,
     ) -> Result<Vec<Outcome>, PublishError> {
         let now = Utc::now().timestamp().max(0) as u64;
         let [current, previous, next] = keys::dedup_keys(stream, self.config.dedup_window, now);
-        let topic = sent.first().map_or("", |(event, _)| event.topic.as_str());
         // One contiguous command buffer: a script invocation would allocate every argument.
         let mut cmd = redis::cmd("EVALSHA");
         cmd.arg(script::PUBLISH.get_hash())
