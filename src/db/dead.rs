@@ -14,6 +14,7 @@ use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+use super::events::{EventRow, EVENT_COLUMNS};
 use super::{audit, DbError};
 
 /// What happened to a single-event action.
@@ -111,6 +112,22 @@ pub async fn count(conn: &mut AsyncPgConnection, filter: &DeadFilter) -> Result<
     .get_result(conn)
     .await?;
     Ok(c.n)
+}
+
+/// The newest `limit` dead letters matching `filter`, newest first: what a bulk action on
+/// the same filter would take.
+pub async fn latest(
+    conn: &mut AsyncPgConnection,
+    filter: &DeadFilter,
+    limit: i64,
+) -> Result<Vec<EventRow>, DbError> {
+    Ok(bind_filter(
+        format!("SELECT {EVENT_COLUMNS} FROM outbox WHERE {FILTER_SQL} ORDER BY seq DESC LIMIT $7"),
+        filter,
+    )
+    .bind::<BigInt, _>(limit)
+    .load(conn)
+    .await?)
 }
 
 /// Applies `action` to every dead letter matching `filter`; returns how many changed.

@@ -57,7 +57,9 @@ pub struct EventRow {
     pub discarded_at: Option<DateTime<Utc>>,
 }
 
-const EVENT_COLUMNS: &str = "id, seq, topic, partition_key, payload, headers, created_at, \
+/// The columns of an [`EventRow`].
+pub(crate) const EVENT_COLUMNS: &str =
+    "id, seq, topic, partition_key, payload, headers, created_at, \
      available_at, published_at, attempts, last_error, dead_at, discarded_at";
 
 /// Which rows a list shows.

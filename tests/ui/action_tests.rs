@@ -296,6 +296,11 @@ async fn retry_only_the_dead_letters_that_died_within_a_time_range() {
     .await;
     assert_eq!(b.text("#dead-total").await, "2");
     assert_eq!(
+        b.count("table.events tbody a[href^='/events/']").await,
+        2,
+        "the list shows what the filter matches"
+    );
+    assert_eq!(
         b.count("form.filters input[type=datetime-local][name=from]")
             .await,
         1

@@ -17,7 +17,7 @@ use super::{events as event_pages, see_other, UiError};
 use crate::admin::api::wake_claimer;
 use crate::admin::AdminState;
 use crate::db::dead::{self, DeadAction, DeadFilter, Steered};
-use crate::db::events::{self, EventFilter, Status};
+use crate::db::events;
 
 /// Dead events listed under the groups.
 const LATEST: i64 = 50;
@@ -201,12 +201,7 @@ pub async fn page(
     let (groups, latest) = {
         let mut conn = super::conn(&state).await?;
         let groups = dead::groups(&mut conn, &filter).await?;
-        let list = EventFilter {
-            status: Some(Status::Dead),
-            topic: filter.topic.clone(),
-            partition_key: filter.partition_key.clone(),
-        };
-        (groups, events::list(&mut conn, &list, None, LATEST).await?)
+        (groups, dead::latest(&mut conn, &filter, LATEST).await?)
     };
     let total: i64 = groups.iter().map(|g| g.count).sum();
     let can = session.role.can_act();
@@ -255,7 +250,7 @@ pub async fn page(
                     @if groups.is_empty() { tr { td.empty colspan="5" { "No dead letters. " } } }
                 }
             } }
-            h2 { "Latest dead events" }
+            h2 { "Latest matching dead events" }
             (event_pages::table(&latest, None, "None."))
         }
     };
