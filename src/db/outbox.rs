@@ -267,8 +267,8 @@ pub async fn window_has_waiting(
 }
 
 /// Locks up to `limits` of pending events that follow the given key heads (at most
-/// `per_key` for each head, in seq order). The per-key LATERAL keeps the work proportional to what is
-/// taken, not to the keys' whole backlog.
+/// `per_key` for each head, in seq order). The per-key LATERAL keeps the work proportional to
+/// what is taken, not to the keys' whole backlog.
 ///
 /// A head is the first pending event of its key in the snapshot of `claim_heads`; this
 /// statement runs in a newer one (read committed). `seq` is taken at insert, not at commit,

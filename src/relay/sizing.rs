@@ -27,7 +27,7 @@ impl SizeHint {
             return limits;
         }
         BatchLimits {
-            rows: (2 * limits.bytes / typical + 1).clamp(1, limits.rows),
+            rows: rows_for(limits.bytes, typical, limits.rows),
             bytes: limits.bytes,
         }
     }
@@ -46,9 +46,13 @@ impl SizeHint {
         if heads == 0 || bytes <= 0 {
             return 0;
         }
-        let typical = (head_bytes / heads as i64).max(1);
-        (2 * bytes / typical + 1).clamp(1, limits.rows)
+        rows_for(bytes, (head_bytes / heads as i64).max(1), limits.rows)
     }
+}
+
+/// Rows to lock for `bytes` of events of `typical` size: twice what fits, at most `max`.
+fn rows_for(bytes: i64, typical: i64, max: i64) -> i64 {
+    (2 * bytes / typical.max(1) + 1).clamp(1, max)
 }
 
 #[cfg(test)]
