@@ -7,7 +7,7 @@ use anyhow::Context as _;
 
 use crate::admin::{self, AdminState};
 use crate::config::{ConfigError, Settings};
-use crate::db::{self, pool::SessionLimits};
+use crate::db::{self, pool::Drivers, pool::SessionLimits};
 use crate::publish::{Publisher, PublisherConfig};
 use crate::relay::{self, health::Health};
 
@@ -52,7 +52,20 @@ pub async fn run_until(
         lease: settings.relay.lease,
     };
     db::prepared::enable(settings.database.prepared_statements);
-    let pool = db::pool::build(&url, settings.database.pool_size, limits);
+    // Validation keeps pool_size >= relay.workers + 2, so the relay keeps a connection per
+    // claim worker.
+    let relay_pool = db::pool::build(
+        &url,
+        settings.database.pool_size - db::pool::ADMIN_CONNECTIONS,
+        limits,
+        Drivers::Caller,
+    );
+    let admin_pool = db::pool::build(
+        &url,
+        db::pool::ADMIN_CONNECTIONS,
+        limits,
+        Drivers::Dedicated,
+    );
     let conn =
         Publisher::connect(&settings.redis.url, settings.redis.timeout).context("redis.url")?;
     let publisher = Publisher::new(
@@ -70,12 +83,12 @@ pub async fn run_until(
     let relay = relay::start(
         &settings,
         &url,
-        pool.clone(),
+        relay_pool,
         publisher.clone(),
         health.clone(),
     );
     let state = AdminState {
-        pool,
+        pool: admin_pool,
         publisher,
         health: health.clone(),
         metrics,

@@ -61,7 +61,8 @@ pub struct DatabaseSettings {
     /// `postgres://user@host:port/db`; required by `run` and `migrate`.
     #[serde(deserialize_with = "lenient::opt_string")]
     pub url: Option<String>,
-    /// Pooled connections per replica (the claim loop, maintenance and the admin share them).
+    /// Postgres connections per replica, LISTEN aside: two form the admin server's pool, the
+    /// rest the relay's (claim cycles and maintenance).
     pub pool_size: u32,
     /// Keep the claim cycle's statements prepared on each connection. Off behind a pooler in
     /// transaction mode that does not carry prepared statements across server connections
@@ -384,7 +385,7 @@ impl Settings {
         if self.database.pool_size < self.relay.workers + 2 {
             return Err(ConfigError::new(
                 "database.pool_size",
-                "must be at least relay.workers + 2 (maintenance and the admin need connections too)",
+                "must be at least relay.workers + 2 (the admin server has 2 of them; each claim worker needs one of the rest)",
             ));
         }
         if self.relay.poll_interval.is_zero() {

@@ -1,9 +1,12 @@
-//! The bb8 pool of diesel-async connections, and the session settings every connection gets.
+//! The bb8 pools of diesel-async connections, and the session settings every connection gets.
 //!
-//! Connections are established on one dedicated Tokio runtime: a tokio-postgres connection's
-//! driver task lives on the runtime that created it, and actix-web runs one runtime per
-//! worker. A worker that stops first would otherwise close connections that the relay or
-//! another worker still uses (STACK-NOTES: 500 "connection closed" in 2 of 3 shutdowns).
+//! A tokio-postgres connection's driver task (the one that reads and writes its socket) lives
+//! on the runtime that opened it, so each pool says where its drivers run ([`Drivers`]).
+//! actix-web runs one runtime per worker, and a worker that stops first would close
+//! connections that another worker still uses (STACK-NOTES: 500 "connection closed" in 2 of
+//! 3 shutdowns): the admin's pool drives its connections on one dedicated thread. The relay's
+//! actors all run on the system arbiter, which outlives them: their pool drives its
+//! connections right there, which spares every statement two hand-offs between threads.
 
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -51,6 +54,21 @@ fn driver_runtime() -> &'static tokio::runtime::Handle {
     })
 }
 
+/// Where a pool's connection drivers run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Drivers {
+    /// On one dedicated thread, for a pool used from several runtimes (the admin server's).
+    Dedicated,
+    /// On the runtime that opens the connection, for a pool used from one runtime that
+    /// outlives every user of it (the relay's, on the actix system arbiter). Relay CPU per
+    /// 200k-event drain: 1.22-1.31 s dedicated, 1.03-1.04 s here (docs/performance.md).
+    Caller,
+}
+
+/// Connections of `database.pool_size` that go to the admin server's own pool; the relay's
+/// pool gets the rest, so neither can starve the other.
+pub const ADMIN_CONNECTIONS: u32 = 2;
+
 /// Session settings that bound how long a claim can outlive a stuck or vanished relay.
 #[derive(Debug, Clone, Copy)]
 pub struct SessionLimits {
@@ -75,32 +93,38 @@ impl SessionLimits {
     }
 }
 
-/// Opens one connection on the driver runtime with the session limits applied.
+/// Opens one connection, its driver where `drivers` says, with the session limits applied.
 pub async fn establish(
     url: &str,
     limits: SessionLimits,
+    drivers: Drivers,
 ) -> Result<AsyncPgConnection, ConnectionError> {
     let url = url.to_string();
     let setup = limits.sql();
-    let task = driver_runtime().spawn(async move {
+    let open = async move {
         let mut conn = AsyncPgConnection::establish(&url).await?;
         conn.batch_execute(&setup)
             .await
             .map_err(ConnectionError::CouldntSetupConfiguration)?;
         Ok::<_, ConnectionError>(conn)
-    });
-    task.await
-        .map_err(|e| ConnectionError::BadConnection(format!("connection task failed: {e}")))?
+    };
+    match drivers {
+        Drivers::Caller => open.await,
+        Drivers::Dedicated => driver_runtime()
+            .spawn(open)
+            .await
+            .map_err(|e| ConnectionError::BadConnection(format!("connection task failed: {e}")))?,
+    }
 }
 
 /// Builds the pool without connecting: the relay starts (and reports not-ready) while
 /// Postgres is away, and connects once it is back.
-pub fn build(url: &str, size: u32, limits: SessionLimits) -> Pool {
+pub fn build(url: &str, size: u32, limits: SessionLimits, drivers: Drivers) -> Pool {
     let mut config = ManagerConfig::<AsyncPgConnection>::default();
     config.recycling_method = RecyclingMethod::Fast;
     config.custom_setup = Box::new(move |url| {
         let url = url.to_string();
-        async move { establish(&url, limits).await }.boxed()
+        async move { establish(&url, limits, drivers).await }.boxed()
     });
     let manager = AsyncDieselConnectionManager::new_with_config(url, config);
     bb8::Pool::builder()

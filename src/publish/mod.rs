@@ -215,25 +215,22 @@ impl Publisher {
     ) -> Result<Vec<(Uuid, Outcome)>, PublishError> {
         let maxlen = maxlen.or(self.config.maxlen).unwrap_or(0);
         let stream = keys::stream_key(&self.config.stream_prefix, topic);
-        // Flatten in order; each event remembers its chain by index, marked keyed or not
-        // (unkeyed events are chains of one, so they never share a failure).
-        let mut items: Vec<(&StreamEvent, String)> = Vec::new();
+        // Flatten in order; each event remembers its chain's index (unkeyed events are
+        // chains of one, so they never share a failure).
+        let mut items: Vec<(&StreamEvent, usize)> = Vec::new();
         for (n, chain) in chains.iter().enumerate() {
-            for event in chain {
-                let mark = if event.key.is_some() { 'k' } else { 'u' };
-                items.push((event, format!("{mark}{n}")));
-            }
+            items.extend(chain.iter().map(|event| (event, n)));
         }
         let mut outcomes: Vec<Option<Outcome>> = vec![None; items.len()];
-        let mut failed: HashSet<String> = HashSet::new();
+        let mut failed = vec![false; chains.len()];
         let mut start = 0;
         while start < items.len() {
             let mut call: Vec<usize> = Vec::new();
             let mut bytes = 0;
             let mut end = start;
             while end < items.len() && (call.is_empty() || bytes < CALL_BYTES) {
-                let (event, chain) = &items[end];
-                if failed.contains(chain) {
+                let (event, chain) = items[end];
+                if failed[chain] {
                     outcomes[end] = Some(Outcome::Skipped);
                 } else {
                     let size = event.entry_size();
@@ -242,7 +239,7 @@ impl Publisher {
                             "entry is {size} bytes, over redis.max_payload_bytes ({})",
                             self.config.max_payload_bytes
                         )));
-                        failed.insert(chain.clone());
+                        failed[chain] = true;
                     } else {
                         bytes += size;
                         call.push(end);
@@ -251,14 +248,11 @@ impl Publisher {
                 end += 1;
             }
             if !call.is_empty() {
-                let sent: Vec<(&StreamEvent, &str)> = call
-                    .iter()
-                    .map(|&i| (items[i].0, items[i].1.as_str()))
-                    .collect();
+                let sent: Vec<(&StreamEvent, usize)> = call.iter().map(|&i| items[i]).collect();
                 let replies = self.invoke(&stream, topic, &sent, maxlen).await?;
                 for (&i, outcome) in call.iter().zip(replies) {
                     if matches!(outcome, Outcome::Failed(_)) {
-                        failed.insert(items[i].1.clone());
+                        failed[items[i].1] = true;
                     }
                     outcomes[i] = Some(outcome);
                 }
@@ -272,13 +266,13 @@ impl Publisher {
             .collect())
     }
 
-    /// One script call: appends `sent` (event, chain name) to `stream` with dedup; every
-    /// entry's `topic` field is `topic`, sent once.
+    /// One script call: appends `sent` (event, index of its chain) to `stream` with dedup;
+    /// every entry's `topic` field is `topic`, sent once.
     async fn invoke(
         &self,
         stream: &str,
         topic: &str,
-        sent: &[(&StreamEvent, &str)],
+        sent: &[(&StreamEvent, usize)],
         maxlen: u64,
     ) -> Result<Vec<Outcome>, PublishError> {
         let now = Utc::now().timestamp().max(0) as u64;
@@ -297,11 +291,15 @@ impl Publisher {
             .arg(topic);
         let mut uuid = Uuid::encode_buffer();
         let mut created = String::with_capacity(32);
+        let mut label = String::with_capacity(8);
         for (event, chain) in sent {
             created.clear();
             write_created_at(&mut created, &event.created_at);
+            label.clear();
+            let mark = if event.key.is_some() { 'k' } else { 'u' };
+            let _ = write!(label, "{mark}{chain}");
             cmd.arg(event.id.as_bytes().as_slice())
-                .arg(*chain)
+                .arg(label.as_str())
                 .arg(event.id.hyphenated().encode_lower(&mut uuid) as &str)
                 .arg(event.payload.as_str())
                 .arg(event.headers.as_str())
@@ -332,11 +330,11 @@ impl Publisher {
                 // The whole call was refused for a reason of its content: charge the first
                 // event of each chain, skip the rest (their turn comes after it).
                 Verdict::EventFault => {
-                    let mut charged: HashSet<&str> = HashSet::new();
+                    let mut charged: HashSet<usize> = HashSet::new();
                     return Ok(sent
                         .iter()
                         .map(|(_, chain)| {
-                            if charged.insert(chain) {
+                            if charged.insert(*chain) {
                                 Outcome::Failed(e.to_string())
                             } else {
                                 Outcome::Skipped

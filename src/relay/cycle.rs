@@ -124,6 +124,14 @@ fn into_stream_event(row: ClaimedRow) -> StreamEvent {
     }
 }
 
+/// What settling an event needs once its outcome is known.
+struct Settle {
+    attempts: i32,
+    created_at: chrono::DateTime<Utc>,
+    /// See [`ClaimedRow::ctid`].
+    ctid: String,
+}
+
 /// Claims, publishes and records one batch.
 ///
 /// With overlap allowed (see [`Overlap`]) the mark runs beside the publish; if an event then
@@ -324,44 +332,40 @@ async fn claim_and_publish(
     let t_claimed = Instant::now();
     report.max_seq = chains.iter().flatten().map(|row| row.seq).max();
 
-    let mut attempts: HashMap<Uuid, i32> = HashMap::new();
-    let mut created: HashMap<Uuid, chrono::DateTime<Utc>> = HashMap::new();
-    let mut ctids: HashMap<Uuid, String> = HashMap::new();
+    // Per topic (by slot): its name, its chains for the dispatcher, and what settling needs
+    // of each event in the order the dispatcher answers in (chains flattened), so outcomes
+    // are matched by position, not looked up.
     let mut topic_slot: HashMap<String, usize> = HashMap::new();
-    let mut per_topic: Vec<(String, Vec<Vec<StreamEvent>>)> = Vec::new();
+    let mut topic_names: Vec<String> = Vec::new();
+    let mut publishes: Vec<Vec<Vec<StreamEvent>>> = Vec::new();
+    let mut settles: Vec<Vec<Settle>> = Vec::new();
     for mut chain in chains {
         report.claimed += chain.len();
         let Some(first) = chain.first() else { continue };
         let slot = match topic_slot.get(&first.topic) {
             Some(&slot) => slot,
             None => {
-                per_topic.push((first.topic.clone(), Vec::new()));
-                topic_slot.insert(first.topic.clone(), per_topic.len() - 1);
-                per_topic.len() - 1
+                topic_slot.insert(first.topic.clone(), topic_names.len());
+                topic_names.push(first.topic.clone());
+                publishes.push(Vec::new());
+                settles.push(Vec::new());
+                topic_names.len() - 1
             }
         };
-        for row in &mut chain {
-            attempts.insert(row.id, row.attempts);
-            created.insert(row.id, row.created_at);
-            ctids.insert(row.id, std::mem::take(&mut row.ctid));
-        }
-        per_topic[slot]
-            .1
-            .push(chain.into_iter().map(into_stream_event).collect());
+        settles[slot].extend(chain.iter_mut().map(|row| Settle {
+            attempts: row.attempts,
+            created_at: row.created_at,
+            ctid: std::mem::take(&mut row.ctid),
+        }));
+        publishes[slot].push(chain.into_iter().map(into_stream_event).collect());
     }
 
-    let calls = per_topic.into_iter().map(|(topic, chains)| {
-        let maxlen = maxlen.get(&topic).copied();
-        async move {
-            let result = deps
-                .dispatchers
-                .publish(&topic, Publish { chains, maxlen })
-                .await;
-            (topic, result)
-        }
+    let calls = topic_names.iter().zip(publishes).map(|(topic, chains)| {
+        let maxlen = maxlen.get(topic).copied();
+        deps.dispatchers.publish(topic, Publish { chains, maxlen })
     });
     let results = if overlap {
-        let all: Vec<&str> = ctids.values().map(String::as_str).collect();
+        let all: Vec<&str> = settles.iter().flatten().map(|e| e.ctid.as_str()).collect();
         let (results, marked) = futures::join!(join_all(calls), settle(c, deps, &all));
         marked?;
         results
@@ -371,38 +375,48 @@ async fn claim_and_publish(
     let t_publish = t_claimed.elapsed();
 
     let now = Utc::now();
-    let mut done: Vec<&str> = Vec::new();
+    let mut done: Vec<&str> = Vec::with_capacity(report.claimed);
     let mut faults: Vec<Fault> = Vec::new();
     let mut unsettled = false;
     let mut newly: HashSet<Uuid> = HashSet::new();
-    for (topic, result) in results {
-        for (id, outcome) in result? {
+    for ((topic, events), result) in topic_names.iter().zip(&settles).zip(results) {
+        let outcomes = result?;
+        if outcomes.len() != events.len() {
+            return Err(CycleError::Redis(PublishError::Outage(format!(
+                "{} outcomes for {} events of {topic}",
+                outcomes.len(),
+                events.len()
+            )))
+            .into());
+        }
+        let mut published = 0;
+        for ((id, outcome), event) in outcomes.into_iter().zip(events) {
             match outcome {
                 Outcome::Published => {
-                    newly.insert(id);
-                    *report.published.entry(topic.clone()).or_default() += 1;
-                    if let Some(at) = created.get(&id) {
-                        report
-                            .latencies
-                            .push((now - *at).to_std().unwrap_or_default());
+                    if overlap {
+                        newly.insert(id);
                     }
-                    done.extend(ctids.get(&id).map(String::as_str));
+                    published += 1;
+                    report
+                        .latencies
+                        .push((now - event.created_at).to_std().unwrap_or_default());
+                    done.push(&event.ctid);
                 }
                 // Appended by this cycle's own overlapped attempt, rolled back since.
                 Outcome::Duplicate if appended.contains(&id) => {
-                    *report.published.entry(topic.clone()).or_default() += 1;
-                    done.extend(ctids.get(&id).map(String::as_str));
+                    published += 1;
+                    done.push(&event.ctid);
                 }
                 Outcome::Duplicate => {
                     report.duplicates += 1;
-                    done.extend(ctids.get(&id).map(String::as_str));
+                    done.push(&event.ctid);
                 }
                 Outcome::Failed(error) => {
                     unsettled = true;
                     report.failed += 1;
                     faults.push(Fault {
                         id,
-                        attempts: attempts.get(&id).copied().unwrap_or(0),
+                        attempts: event.attempts,
                         error,
                     });
                 }
@@ -411,6 +425,9 @@ async fn claim_and_publish(
                     report.deferred += 1;
                 }
             }
+        }
+        if published > 0 {
+            *report.published.entry(topic.clone()).or_default() += published;
         }
     }
     if overlap {

@@ -10,7 +10,7 @@ use diesel_async::SimpleAsyncConnection;
 use futures::StreamExt;
 
 use super::messages::Wake;
-use crate::db::pool::{establish, SessionLimits};
+use crate::db::pool::{establish, Drivers, SessionLimits};
 use crate::db::DbError;
 
 /// The channel the outbox trigger notifies.
@@ -37,7 +37,7 @@ impl Listener {
 }
 
 async fn listen(url: String, limits: SessionLimits, claimer: Recipient<Wake>) -> DbError {
-    let mut conn = match establish(&url, limits).await {
+    let mut conn = match establish(&url, limits, Drivers::Caller).await {
         Ok(conn) => conn,
         Err(e) => return DbError::Connect(e),
     };

@@ -25,20 +25,25 @@ pub trait Claimed {
 pub fn assemble<E: Claimed>(mut heads: Vec<E>, mut followers: Vec<E>) -> Vec<Vec<E>> {
     heads.sort_by_key(|e| e.seq());
     followers.sort_by_key(|e| e.seq());
-    let mut chains: Vec<Vec<E>> = Vec::with_capacity(heads.len());
-    let mut by_key: HashMap<(String, String), usize> = HashMap::new();
-    for head in heads {
-        if let Some(key) = head.key() {
-            by_key.insert((head.topic().to_string(), key.to_string()), chains.len());
-        }
-        chains.push(vec![head]);
-    }
+    // Each follower's chain, looked up with keys borrowed from the rows before any row moves.
+    let slots: Vec<Option<usize>> = {
+        let by_key: HashMap<(&str, &str), usize> = heads
+            .iter()
+            .enumerate()
+            .filter_map(|(n, head)| head.key().map(|key| ((head.topic(), key), n)))
+            .collect();
+        followers
+            .iter()
+            .map(|f| {
+                f.key()
+                    .and_then(|key| by_key.get(&(f.topic(), key)).copied())
+            })
+            .collect()
+    };
+    let mut chains: Vec<Vec<E>> = heads.into_iter().map(|head| vec![head]).collect();
     let mut closed = vec![false; chains.len()];
-    for follower in followers {
-        let Some(key) = follower.key() else { continue };
-        let Some(&slot) = by_key.get(&(follower.topic().to_string(), key.to_string())) else {
-            continue;
-        };
+    for (follower, slot) in followers.into_iter().zip(slots) {
+        let Some(slot) = slot else { continue };
         let last_seq = chains[slot].last().map(|e| e.seq()).unwrap_or(i64::MAX);
         if closed[slot] || follower.seq() <= last_seq {
             continue;
