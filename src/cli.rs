@@ -67,6 +67,10 @@ pub struct BenchArgs {
     /// server where autovacuum is off (as on this project's CI machine).
     #[arg(long, value_parser = humantime::parse_duration)]
     pub soak_vacuum: Option<std::time::Duration>,
+    /// During the soak run, the relay deletes each row as it publishes it
+    /// (`retention.published_for = 0s`) instead of keeping it for retention.
+    #[arg(long)]
+    pub soak_delete: bool,
     /// Only these scenarios (drain, replicas, bloat, hotkey, baseline, ceiling, latency;
     /// `soak` runs only when named here).
     #[arg(long, value_delimiter = ',')]

@@ -60,6 +60,7 @@ fn main() -> ExitCode {
                 soak_rate: b.soak_rate,
                 soak_duration: b.soak_duration,
                 soak_vacuum: b.soak_vacuum,
+                soak_delete: b.soak_delete,
                 repeat: b.repeat,
                 duration: b.duration,
                 only: b.only,

@@ -109,6 +109,71 @@ async fn claim_slots_cap_concurrent_claim_transactions_across_connections() {
     }
 }
 
+/// The settings a claim transaction runs with (`outbox::tune_relay_transaction`): set by the
+/// slot statement whether it finds a slot or not, and by the tune alone without slots; gone
+/// after the transaction, so the pooled connection is back to the server's defaults.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_claim_transaction_is_tuned_by_its_first_statement_and_only_for_itself() {
+    use diesel_async::RunQueryDsl;
+    #[derive(diesel::QueryableByName)]
+    struct Settings {
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        sync: String,
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        seqscan: String,
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        plans: String,
+    }
+    async fn settings(c: &mut diesel_async::AsyncPgConnection) -> (String, String, String) {
+        let s: Settings = diesel::sql_query(
+            "SELECT current_setting('synchronous_commit') AS sync,
+                    current_setting('enable_seqscan') AS seqscan,
+                    current_setting('plan_cache_mode') AS plans",
+        )
+        .get_result(c)
+        .await
+        .expect("settings");
+        (s.sync, s.seqscan, s.plans)
+    }
+    let tuned = (
+        "off".to_string(),
+        "off".to_string(),
+        "force_custom_plan".to_string(),
+    );
+    let db = TestDb::new().await;
+    let mut holder = db.conn().await;
+    let mut c = db.conn().await;
+    let defaults = settings(&mut c).await;
+    assert_ne!(defaults, tuned);
+    holder.batch_execute("BEGIN").await.expect("begin");
+    let patience = Duration::from_secs(2);
+    assert_eq!(
+        take_claim_slot(&mut holder, 1, patience)
+            .await
+            .expect("slot"),
+        Slot::Taken
+    );
+    assert_eq!(settings(&mut holder).await, tuned, "with a slot taken");
+
+    c.batch_execute("BEGIN").await.expect("begin");
+    assert_eq!(
+        take_claim_slot(&mut c, 1, patience).await.expect("slot"),
+        Slot::Busy
+    );
+    assert_eq!(settings(&mut c).await, tuned, "with every slot busy");
+    c.batch_execute("COMMIT").await.expect("commit");
+    assert_eq!(settings(&mut c).await, defaults, "after the transaction");
+
+    c.batch_execute("BEGIN").await.expect("begin");
+    outbox_relay::db::outbox::tune_relay_transaction(&mut c)
+        .await
+        .expect("tune");
+    assert_eq!(settings(&mut c).await, tuned, "without slots");
+    c.batch_execute("ROLLBACK").await.expect("rollback");
+    holder.batch_execute("ROLLBACK").await.expect("rollback");
+    assert_eq!(settings(&mut c).await, defaults);
+}
+
 /// `seq` is taken at insert, not at commit. A head is picked in one snapshot and its run in a
 /// newer one; a transaction that commits in between may hold events of the key on both sides
 /// of the head. Its later event must not be claimed behind the head while its earlier one waits.
@@ -145,7 +210,7 @@ async fn a_run_never_takes_an_event_whose_own_transaction_has_an_earlier_one_pen
     );
     early.batch_execute("COMMIT").await.expect("commit");
     let runs = claim_runs(
-        &mut claimer,
+        &claimer,
         &[("t0".into(), "k".into(), heads[0].seq)],
         10,
         rows(10),

@@ -190,6 +190,8 @@ pub struct Soak {
     /// `VACUUM (ANALYZE) outbox` at this interval while producing: what autovacuum would do
     /// on a server where it is on (this machine's CI configuration turns it off).
     pub vacuum_every: Option<Duration>,
+    /// The relay deletes rows as it publishes them (`retention.published_for = 0s`).
+    pub delete: bool,
 }
 
 /// Runs one steady rate for `duration`; with `soak`, also reports percentiles per window and
@@ -230,6 +232,9 @@ async fn steady_in(
     }
     if let Wakeup::NotifyAlways = wakeup {
         relay_env.push(("OUTBOX__RELAY__QUIET_ABOVE", "0"));
+    }
+    if soak.as_ref().is_some_and(|s| s.delete) {
+        relay_env.push(("OUTBOX__RETENTION__PUBLISHED_FOR", "0s"));
     }
     let relay = RelayProcess::start(scratch, env, "bench-latency", &relay_env)?;
     // Let the relay connect and LISTEN before the clock starts.

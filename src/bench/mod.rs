@@ -50,6 +50,8 @@ pub struct BenchOptions {
     pub soak_duration: Duration,
     /// VACUUM the outbox at this interval during the soak run.
     pub soak_vacuum: Option<Duration>,
+    /// The soak's relay deletes rows as it publishes them.
+    pub soak_delete: bool,
     /// Rounds of the throughput scenarios (each reports its median round).
     pub repeat: u32,
     /// Scenario names to run (empty: all).
@@ -164,13 +166,19 @@ pub async fn run(options: BenchOptions) -> anyhow::Result<Report> {
             .soak_vacuum
             .map(|every| format!(", VACUUM every {}", humantime::format_duration(every)))
             .unwrap_or_default();
+        let mode = if options.soak_delete {
+            ", delete mode"
+        } else {
+            ""
+        };
         let name = format!(
-            "soak at {rate}/s for {}{vacuum}",
+            "soak at {rate}/s for {}{mode}{vacuum}",
             humantime::format_duration(options.soak_duration)
         );
         let soak = latency::Soak {
             window: SOAK_WINDOW,
             vacuum_every: options.soak_vacuum,
+            delete: options.soak_delete,
         };
         let r = latency::steady(
             &env,

@@ -75,7 +75,8 @@ pub enum Slot {
 /// Tries for one of `slots` cluster-wide claim slots for this transaction (released at commit
 /// or rollback), and when none is free, whether a holder looks stuck (its transaction started
 /// more than `patience` ago; seeing that needs the holders' `pg_stat_activity` rows: the same
-/// role, or `pg_read_all_stats`). Why there are slots: `relay::slots`.
+/// role, or `pg_read_all_stats`). Why there are slots: `relay::slots`. The same statement
+/// tunes the transaction ([`tune_relay_transaction`]), whatever it finds.
 pub async fn take_claim_slot(
     conn: &mut AsyncPgConnection,
     slots: i32,
@@ -91,7 +92,7 @@ pub async fn take_claim_slot(
     // LIMIT 1 stops at the first slot taken: no transaction holds two. The lock table is read
     // only when no slot was free (a one-time filter); advisory locks are per database.
     let row: Try = prepared(
-        diesel::sql_query(
+        diesel::sql_query(format!(
             "WITH slot AS MATERIALIZED (
                  SELECT 1 FROM generate_series(1, $1) AS s
                  WHERE pg_try_advisory_xact_lock($2, s) LIMIT 1)
@@ -104,8 +105,9 @@ pub async fn take_claim_slot(
                           AND l.database = (SELECT oid FROM pg_database
                                             WHERE datname = current_database())
                           AND a.xact_start < clock_timestamp() - make_interval(secs => $3)
-                    ) AS stuck",
-        )
+                    ) AS stuck
+             FROM {TUNE}",
+        ))
         .bind::<Integer, _>(slots)
         .bind::<Integer, _>(CLAIM_SLOT_CLASS)
         .bind::<diesel::sql_types::Double, _>(patience.as_secs_f64()),
@@ -278,7 +280,7 @@ pub async fn window_has_waiting(
 /// before its head is pending; the head alone goes now (its transaction committed first), the
 /// rest in order on the next cycle.
 pub async fn claim_runs(
-    conn: &mut AsyncPgConnection,
+    conn: &AsyncPgConnection,
     heads: &[(String, String, i64)],
     per_key: i64,
     limits: BatchLimits,
@@ -313,7 +315,7 @@ pub async fn claim_runs(
             .bind::<BigInt, _>(limits.rows)
             .bind::<BigInt, _>(limits.bytes),
     )
-    .load(conn)
+    .load(&mut { conn })
     .await?)
 }
 
@@ -337,15 +339,22 @@ pub async fn claim_runs(
 /// (see `prepared`) but planned for each run, with the table's current size. A generic
 /// plan is kept until the next ANALYZE: one made while the table was empty marked rows by
 /// a sequential scan for as long as the relay ran.
+///
+/// These are `set_config(.., is_local => true)` calls (`SET LOCAL`), in a statement of their
+/// own here and folded into [`take_claim_slot`]'s statement when the relay takes a slot: a
+/// round trip less per cycle. They take effect for the statements after theirs.
 pub async fn tune_relay_transaction(conn: &mut AsyncPgConnection) -> Result<(), DbError> {
-    use diesel_async::SimpleAsyncConnection;
-    Ok(conn
-        .batch_execute(
-            "SET LOCAL synchronous_commit = off; SET LOCAL enable_seqscan = off; \
-             SET LOCAL plan_cache_mode = force_custom_plan",
-        )
-        .await?)
+    prepared(diesel::sql_query(format!("SELECT 1 FROM {TUNE}")))
+        .execute(conn)
+        .await?;
+    Ok(())
 }
+
+/// A one-row relation whose evaluation sets the claim transaction's settings; see
+/// [`tune_relay_transaction`].
+const TUNE: &str = "(SELECT set_config('synchronous_commit', 'off', true),
+                           set_config('enable_seqscan', 'off', true),
+                           set_config('plan_cache_mode', 'force_custom_plan', true)) AS tune";
 
 /// Sets `published_at` on events that reached their stream, by the `ctid`s this
 /// transaction locked them at.

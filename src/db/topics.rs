@@ -40,7 +40,7 @@ pub struct TopicStates {
 /// Inside the publish transaction: takes the shared lock of each topic, then reads their
 /// state (paused, maxlen).
 pub async fn lock_for_publish(
-    conn: &mut AsyncPgConnection,
+    conn: &AsyncPgConnection,
     topics: &[&str],
 ) -> Result<TopicStates, DbError> {
     if topics.is_empty() {
@@ -53,7 +53,7 @@ pub async fn lock_for_publish(
         .bind::<Array<Text>, _>(topics)
         .bind::<BigInt, _>(TOPIC_LOCK),
     )
-    .execute(conn)
+    .execute(&mut { conn })
     .await?;
     // A new statement, so a new snapshot: it sees a pause that committed while we waited.
     let rows: Vec<TopicRow> = prepared(
@@ -63,7 +63,7 @@ pub async fn lock_for_publish(
         )
         .bind::<Array<Text>, _>(topics),
     )
-    .load(conn)
+    .load(&mut { conn })
     .await?;
     let mut states = TopicStates::default();
     for row in rows {

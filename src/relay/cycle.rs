@@ -207,11 +207,8 @@ async fn attempt(
     overlap: bool,
     appended: &HashSet<Uuid>,
 ) -> Result<CycleReport, Attempt> {
-    conn.transaction::<_, Attempt, _>(async |c| {
-        outbox::tune_relay_transaction(c).await?;
-        claim_and_publish(c, deps, overlap, appended).await
-    })
-    .await
+    conn.transaction::<_, Attempt, _>(async |c| claim_and_publish(c, deps, overlap, appended).await)
+        .await
 }
 
 /// The claim half of a cycle, in the caller's transaction: locks heads, drops paused
@@ -263,12 +260,6 @@ pub async fn claim_chains(
     let mut topic_names: Vec<&str> = heads.iter().map(|h| h.topic.as_str()).collect();
     topic_names.sort_unstable();
     topic_names.dedup();
-    let states = topics::lock_for_publish(c, &topic_names).await?;
-    let paused = states.paused;
-    if !paused.is_empty() {
-        heads.retain(|h| !paused.contains(&h.topic));
-        deferred += head_count - heads.len();
-    }
     let keyed: Vec<(String, String, i64)> = heads
         .iter()
         .filter_map(|h| {
@@ -290,7 +281,21 @@ pub async fn claim_chains(
     } else {
         (run_limits.rows + keyed.len() as i64 - 1) / keyed.len() as i64
     };
-    let followers = outbox::claim_runs(c, &keyed, per_key, run_limits).await?;
+    // The topics' locks and the runs go out together (diesel-async pipelines futures polled
+    // side by side on one connection): the runs no longer wait for the two lock statements. The runs are claimed
+    // before the pauses are known; a topic paused since the heads' snapshot is rare, and its
+    // runs only stay locked, unpublished, until this transaction ends (`assemble` drops
+    // followers whose head is gone).
+    let shared: &diesel_async::AsyncPgConnection = c;
+    let (states, followers) = futures::try_join!(
+        topics::lock_for_publish(shared, &topic_names),
+        outbox::claim_runs(shared, &keyed, per_key, run_limits),
+    )?;
+    let paused = states.paused;
+    if !paused.is_empty() {
+        heads.retain(|h| !paused.contains(&h.topic));
+        deferred += head_count - heads.len();
+    }
     Ok(Claim {
         chains: ordering::assemble(heads, followers),
         heads: head_count,

@@ -31,9 +31,11 @@ impl SlotGate {
         SlotGate { slots }
     }
 
-    /// Takes a slot for this transaction; false when the cycle should wait for its next wake.
+    /// Opens a claim transaction: tunes it (`outbox::tune_relay_transaction`) and takes a
+    /// slot, in one statement; false when the cycle should wait for its next wake.
     pub async fn admit(&self, c: &mut AsyncPgConnection) -> Result<bool, DbError> {
         if self.slots <= 0 {
+            outbox::tune_relay_transaction(c).await?;
             return Ok(true);
         }
         Ok(
