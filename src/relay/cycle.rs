@@ -332,6 +332,7 @@ async fn claim_and_publish(
     report.full = full;
     report.deferred = deferred;
     if chains.is_empty() {
+        tracing::trace!(deferred = report.deferred, "cycle claimed nothing");
         return Ok(report);
     }
     let t_claimed = Instant::now();
