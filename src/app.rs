@@ -56,7 +56,11 @@ pub async fn run_until(
     // claim worker.
     let relay_pool = db::pool::build(
         &url,
-        settings.database.pool_size - db::pool::ADMIN_CONNECTIONS,
+        settings
+            .database
+            .pool_size
+            .saturating_sub(db::pool::ADMIN_CONNECTIONS)
+            .max(1),
         limits,
         Drivers::Caller,
     );
