@@ -34,12 +34,7 @@ async fn a_backlog_of_megabyte_events_drains_in_bounded_memory() {
     .await;
     // The default `relay.batch_bytes` (4 MiB).
     let relay = RelayProc::spawn("big", &base_env(&db, &redis));
-    db.wait_for(
-        "SELECT count(*) FROM outbox WHERE published_at IS NULL",
-        0,
-        Duration::from_secs(120),
-    )
-    .await;
+    db.wait_until_published(Duration::from_secs(120)).await;
     let rss = peak_rss_mb(relay.child.id());
     let entries = redis.entries("big").await;
     assert_eq!(entries.len(), 150);

@@ -34,12 +34,7 @@ async fn sigkill_loop_loses_nothing_doubles_nothing_keeps_order() {
         );
     }
     producer.await.expect("producer");
-    db.wait_for(
-        "SELECT count(*) FROM outbox WHERE published_at IS NULL",
-        0,
-        Duration::from_secs(90),
-    )
-    .await;
+    db.wait_until_published(Duration::from_secs(90)).await;
     assert_eq!(assert_exactly_once(&redis, 3).await, 12_000);
     assert_eq!(
         db.scalar("SELECT count(*) FROM outbox WHERE attempts > 0 OR dead_at IS NOT NULL")

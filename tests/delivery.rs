@@ -34,12 +34,7 @@ async fn twelve_thousand_events_arrive_exactly_once_with_intact_fields() {
     let redis = TestRedis::shared();
     insert_events(&db, 12_000, 3, 50).await;
     let relay = RelayProc::spawn("r1", &base_env(&db, &redis));
-    db.wait_for(
-        "SELECT count(*) FROM outbox WHERE published_at IS NULL",
-        0,
-        Duration::from_secs(60),
-    )
-    .await;
+    db.wait_until_published(Duration::from_secs(60)).await;
 
     let mut conn = db.conn().await;
     let rows: Vec<Row> = diesel::sql_query(
@@ -148,12 +143,7 @@ async fn without_prepared_statements_every_event_arrives_in_key_order() {
         "false".into(),
     ));
     let _relay = RelayProc::spawn("r1", &env);
-    db.wait_for(
-        "SELECT count(*) FROM outbox WHERE published_at IS NULL",
-        0,
-        Duration::from_secs(60),
-    )
-    .await;
+    db.wait_until_published(Duration::from_secs(60)).await;
     let mut last: HashMap<String, i64> = HashMap::new();
     let mut total = 0;
     for topic in ["t0", "t1"] {
@@ -214,12 +204,7 @@ async fn maxlen_trims_streams_per_topic_or_globally() {
     env.push(("OUTBOX__REDIS__MAXLEN".into(), "1000".into()));
     env.push(("OUTBOX__RELAY__BATCH_SIZE".into(), "100".into()));
     let _relay = RelayProc::spawn("trim", &env);
-    db.wait_for(
-        "SELECT count(*) FROM outbox WHERE published_at IS NULL",
-        0,
-        Duration::from_secs(60),
-    )
-    .await;
+    db.wait_until_published(Duration::from_secs(60)).await;
     // MAXLEN ~ trims whole radix-tree nodes (100 entries by default): about, never under.
     let t0 = redis.xlen("t0").await;
     let t1 = redis.xlen("t1").await;

@@ -39,12 +39,7 @@ async fn a_hung_replicas_claim_is_taken_over_after_the_lease() {
         .expect("SIGSTOP");
     let frozen_at = Instant::now();
     let _rescuer = RelayProc::spawn("rescuer", &env);
-    db.wait_for(
-        "SELECT count(*) FROM outbox WHERE published_at IS NULL",
-        0,
-        Duration::from_secs(60),
-    )
-    .await;
+    db.wait_until_published(Duration::from_secs(60)).await;
     let took = frozen_at.elapsed();
     Command::new("kill")
         .args(["-CONT", &pid])
@@ -130,12 +125,7 @@ async fn poll_only_delivers_without_listen() {
     let _relay = RelayProc::spawn("poller", &env);
     tokio::time::sleep(Duration::from_millis(500)).await;
     insert_events(&db, 500, 2, 10).await;
-    db.wait_for(
-        "SELECT count(*) FROM outbox WHERE published_at IS NULL",
-        0,
-        Duration::from_secs(20),
-    )
-    .await;
+    db.wait_until_published(Duration::from_secs(20)).await;
     assert_eq!(
         db.scalar("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query ILIKE 'LISTEN%'").await,
         0,
@@ -159,12 +149,7 @@ async fn notify_switched_off_per_database_still_delivers_by_polling() {
     env.push(("OUTBOX__RELAY__POLL_INTERVAL".into(), "100ms".into()));
     let _relay = RelayProc::spawn("no-notify", &env);
     insert_events(&db, 300, 1, 10).await;
-    db.wait_for(
-        "SELECT count(*) FROM outbox WHERE published_at IS NULL",
-        0,
-        Duration::from_secs(20),
-    )
-    .await;
+    db.wait_until_published(Duration::from_secs(20)).await;
     assert_eq!(redis.xlen("t0").await, 300);
     let mut notifications = std::pin::pin!(listener.notifications_stream());
     let got = tokio::time::timeout(Duration::from_millis(300), notifications.next()).await;

@@ -28,12 +28,7 @@ async fn three_relays_keep_per_key_order_and_write_each_event_once() {
         Duration::from_millis(20),
     );
     tokio::join!(a, b);
-    db.wait_for(
-        "SELECT count(*) FROM outbox WHERE published_at IS NULL",
-        0,
-        Duration::from_secs(90),
-    )
-    .await;
+    db.wait_until_published(Duration::from_secs(90)).await;
     assert_eq!(assert_exactly_once(&redis, 3).await, 8_000);
     // Every replica took part: the work is shared, not serialized behind one leader.
     let replicas = db.scalar("SELECT count(*) FROM outbox_replicas").await;
@@ -51,12 +46,7 @@ async fn a_hot_key_moves_a_whole_run_per_batch() {
     )
     .await;
     let relay = RelayProc::spawn("hot", &base_env(&db, &redis));
-    db.wait_for(
-        "SELECT count(*) FROM outbox WHERE published_at IS NULL",
-        0,
-        Duration::from_secs(60),
-    )
-    .await;
+    db.wait_until_published(Duration::from_secs(60)).await;
     let entries = redis.entries("t0").await;
     assert_eq!(entries.len(), 5000);
     assert_per_key_order(&entries);

@@ -17,12 +17,7 @@ async fn redis_outage_burns_no_attempts_and_recovers() {
         .wait_status("/readyz", 200, Duration::from_secs(20))
         .await;
     insert_events(&db, 200, 2, 10).await;
-    db.wait_for(
-        "SELECT count(*) FROM outbox WHERE published_at IS NULL",
-        0,
-        Duration::from_secs(30),
-    )
-    .await;
+    db.wait_until_published(Duration::from_secs(30)).await;
 
     server.stop();
     relay
@@ -43,12 +38,7 @@ async fn redis_outage_burns_no_attempts_and_recovers() {
     relay
         .wait_status("/readyz", 200, Duration::from_secs(30))
         .await;
-    db.wait_for(
-        "SELECT count(*) FROM outbox WHERE published_at IS NULL",
-        0,
-        Duration::from_secs(30),
-    )
-    .await;
+    db.wait_until_published(Duration::from_secs(30)).await;
     // The restarted server kept nothing: its streams hold exactly the 300 written after.
     assert_eq!(redis.xlen("t0").await + redis.xlen("t1").await, 300);
     assert_eq!(
@@ -73,12 +63,7 @@ async fn starts_while_redis_is_down_and_catches_up() {
         .wait_status("/readyz", 503, Duration::from_secs(20))
         .await;
     server.restart();
-    db.wait_for(
-        "SELECT count(*) FROM outbox WHERE published_at IS NULL",
-        0,
-        Duration::from_secs(30),
-    )
-    .await;
+    db.wait_until_published(Duration::from_secs(30)).await;
     relay
         .wait_status("/readyz", 200, Duration::from_secs(20))
         .await;

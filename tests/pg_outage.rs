@@ -20,12 +20,7 @@ async fn postgres_restart_is_survived_without_burning_attempts() {
         .wait_status("/readyz", 200, Duration::from_secs(20))
         .await;
     insert_events(&db, 100, 1, 5).await;
-    db.wait_for(
-        "SELECT count(*) FROM outbox WHERE published_at IS NULL",
-        0,
-        Duration::from_secs(20),
-    )
-    .await;
+    db.wait_until_published(Duration::from_secs(20)).await;
 
     pg.stop();
     relay
@@ -43,12 +38,7 @@ async fn postgres_restart_is_survived_without_burning_attempts() {
         .wait_status("/readyz", 200, Duration::from_secs(30))
         .await;
     insert_events(&db, 100, 1, 5).await;
-    db.wait_for(
-        "SELECT count(*) FROM outbox WHERE published_at IS NULL",
-        0,
-        Duration::from_secs(30),
-    )
-    .await;
+    db.wait_until_published(Duration::from_secs(30)).await;
     assert_eq!(redis.xlen("t0").await, 200);
     assert_eq!(
         db.scalar("SELECT count(*) FROM outbox WHERE attempts > 0")

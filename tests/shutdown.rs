@@ -39,12 +39,7 @@ async fn sigterm_exits_zero_and_another_replica_takes_over() {
         "a stopped replica leaves the heartbeat table"
     );
     // B finishes the backlog; nothing A held stays locked until the 30 s lease.
-    db.wait_for(
-        "SELECT count(*) FROM outbox WHERE published_at IS NULL",
-        0,
-        Duration::from_secs(60),
-    )
-    .await;
+    db.wait_until_published(Duration::from_secs(60)).await;
     let mut seen = std::collections::HashSet::new();
     for t in ["t0", "t1", "t2"] {
         for e in redis.entries(t).await {

@@ -87,12 +87,7 @@ async fn a_draining_relay_quiets_producers_then_notify_wakes_it_again() {
         .await;
     let got = tokio::time::timeout(Duration::from_secs(5), notifications.next()).await;
     assert!(matches!(got, Ok(Some(Ok(_)))), "producers notify again");
-    db.wait_for(
-        "SELECT count(*) FROM outbox WHERE published_at IS NULL",
-        0,
-        Duration::from_secs(10),
-    )
-    .await;
+    db.wait_until_published(Duration::from_secs(10)).await;
     assert!(relay.body("/metrics").contains("outbox_producers_quiet 0"));
 }
 
@@ -122,12 +117,7 @@ async fn while_quiet_the_relay_polls_on_its_own() {
         "a trickle above quiet_above never quieted producers"
     );
     // Far below the 60 s poll interval: found by the relay's fast poll, not by a NOTIFY.
-    db.wait_for(
-        "SELECT count(*) FROM outbox WHERE published_at IS NULL",
-        0,
-        Duration::from_secs(5),
-    )
-    .await;
+    db.wait_until_published(Duration::from_secs(5)).await;
     assert_eq!(
         db.scalar(
             "SELECT count(*) FROM outbox WHERE published_at - created_at > interval '5 seconds'"

@@ -104,6 +104,17 @@ impl TestDb {
             .await
     }
 
+    /// Waits until every event has been published (`published_at` set), or panics after
+    /// `timeout`.
+    pub async fn wait_until_published(&self, timeout: Duration) {
+        self.wait_for(
+            "SELECT count(*) FROM outbox WHERE published_at IS NULL",
+            0,
+            timeout,
+        )
+        .await
+    }
+
     /// Waits until `sql` (a bigint) equals `want`, or panics after `timeout`.
     pub async fn wait_for(&self, sql: &str, want: i64, timeout: Duration) {
         let deadline = Instant::now() + timeout;

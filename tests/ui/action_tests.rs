@@ -145,13 +145,7 @@ async fn pause_and_resume_a_topic_from_the_overview() {
     assert_eq!(ui.redis.xlen("orders").await, 3);
     b.click("tr[data-topic=orders] button.resume").await;
     b.find("tr[data-topic=orders] button.pause").await;
-    ui.db
-        .wait_for(
-            "SELECT count(*) FROM outbox WHERE published_at IS NULL",
-            0,
-            WAIT,
-        )
-        .await;
+    ui.db.wait_until_published(WAIT).await;
     assert_eq!(ui.redis.xlen("orders").await, 8);
     b.close().await;
 }
