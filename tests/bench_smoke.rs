@@ -86,6 +86,25 @@ fn bench_runs_every_scenario_and_writes_json() {
     assert!(rounds
         .iter()
         .any(|r| r.as_f64() == keep["events_per_sec"].as_f64()));
+    // The ratios are taken round by round (the ceiling runs beside the drain in each round),
+    // and their value is the median of the rounds' ratios.
+    let ratios = report["ratios"].as_array().expect("ratios");
+    let ceiling = ratios
+        .iter()
+        .find(|r| r["name"] == "drain / ceiling")
+        .expect("drain / ceiling in the JSON");
+    let per_round: Vec<f64> = ceiling["rounds"]
+        .as_array()
+        .expect("rounds of the ratio")
+        .iter()
+        .filter_map(|r| r.as_f64())
+        .collect();
+    assert_eq!(per_round.len(), 2, "{ceiling}");
+    let value = ceiling["value"].as_f64().expect("value");
+    assert!(
+        (value - (per_round[0] + per_round[1]) / 2.0).abs() < 1e-9,
+        "{ceiling}"
+    );
     let latency = figures
         .iter()
         .find(|f| f["scenario"] == "latency at 200/s")

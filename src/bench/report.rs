@@ -61,6 +61,49 @@ pub struct Report {
     pub events: u64,
     /// Figures in run order.
     pub figures: Vec<Figure>,
+    /// Our drain against the other scenarios of this run (see [`Report::compare`]).
+    pub ratios: Vec<Ratio>,
+}
+
+/// One scenario's events/s over another's, both from this run.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Ratio {
+    /// What over what, e.g. `drain / ceiling`.
+    pub name: String,
+    /// The median of the rounds' ratios; after a single round, the ratio of the two figures.
+    pub value: f64,
+    /// Each round's ratio in run order, when there were several rounds.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub rounds: Vec<f64>,
+}
+
+impl Ratio {
+    /// `num` over `den`, round by round when both ran the same rounds: a ratio of medians
+    /// would divide figures taken minutes apart, on a machine whose speed drifts between them.
+    pub fn between(name: &str, num: &Figure, den: &Figure) -> Option<Ratio> {
+        let (n, d) = (&num.rounds_events_per_sec, &den.rounds_events_per_sec);
+        if n.len() > 1 && n.len() == d.len() {
+            let rounds: Vec<f64> = n.iter().zip(d).map(|(n, d)| n / d).collect();
+            let mut sorted = rounds.clone();
+            sorted.sort_by(f64::total_cmp);
+            let mid = sorted.len() / 2;
+            let value = if sorted.len() % 2 == 0 {
+                (sorted[mid - 1] + sorted[mid]) / 2.0
+            } else {
+                sorted[mid]
+            };
+            return Some(Ratio {
+                name: name.into(),
+                value,
+                rounds,
+            });
+        }
+        Some(Ratio {
+            name: name.into(),
+            value: num.events_per_sec? / den.events_per_sec?,
+            rounds: Vec::new(),
+        })
+    }
 }
 
 impl Figure {
@@ -81,6 +124,7 @@ impl Report {
             version: crate::VERSION.to_string(),
             events: options.events,
             figures: Vec::new(),
+            ratios: Vec::new(),
         }
     }
 
@@ -110,11 +154,32 @@ impl Report {
         self.figures.iter().any(|f| f.error.is_some())
     }
 
-    fn find(&self, prefix: &str) -> Option<f64> {
+    fn find(&self, prefix: &str) -> Option<&Figure> {
         self.figures
             .iter()
-            .find(|f| f.scenario.starts_with(prefix))
-            .and_then(|f| f.events_per_sec)
+            .find(|f| f.scenario.starts_with(prefix) && f.error.is_none())
+    }
+
+    /// Works out the keep-rows drain's ratios to the bloat, seed and ceiling scenarios.
+    pub fn compare(&mut self) {
+        let Some(ours) = self.find("drain (keep") else {
+            return;
+        };
+        let ratios = [
+            ("bloat / clean drain", "bloat", true),
+            ("drain / seed algorithm", "baseline", false),
+            ("drain / ceiling", "ceiling", false),
+        ]
+        .into_iter()
+        .filter_map(|(name, other, other_on_top)| {
+            let other = self.find(other)?;
+            match other_on_top {
+                true => Ratio::between(name, other, ours),
+                false => Ratio::between(name, ours, other),
+            }
+        })
+        .collect();
+        self.ratios = ratios;
     }
 
     /// Prints the table, with the ratios to the references measured in this run.
@@ -190,16 +255,19 @@ impl Report {
                 println!("{}: FAILED: {error}", f.scenario);
             }
         }
-        if let Some(ours) = self.find("drain (keep") {
-            if let Some(bloated) = self.find("bloat") {
-                println!("bloat / clean drain: {:.2}", bloated / ours);
+        for ratio in &self.ratios {
+            let decimals = if ratio.value >= 10.0 { 1 } else { 2 };
+            let times = if decimals == 1 { "x" } else { "" };
+            print!("{}: {:.decimals$}{times}", ratio.name, ratio.value);
+            if !ratio.rounds.is_empty() {
+                let rounds: Vec<String> = ratio
+                    .rounds
+                    .iter()
+                    .map(|r| format!("{r:.decimals$}"))
+                    .collect();
+                print!(" (median of rounds {})", rounds.join(", "));
             }
-            if let Some(seed) = self.find("baseline") {
-                println!("drain / seed algorithm: {:.1}x", ours / seed);
-            }
-            if let Some(ceiling) = self.find("ceiling") {
-                println!("drain / ceiling: {:.2}", ours / ceiling);
-            }
+            println!();
         }
     }
 
@@ -213,5 +281,39 @@ impl Report {
         let chart = super::chart::render(&self.figures, &self.started_at);
         std::fs::write(path.with_extension("svg"), chart)?;
         Ok(path)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn figure(rate: f64, rounds: &[f64]) -> Figure {
+        Figure {
+            events_per_sec: Some(rate),
+            rounds_events_per_sec: rounds.to_vec(),
+            ..Figure::default()
+        }
+    }
+
+    #[test]
+    fn a_ratio_is_the_median_of_the_rounds_ratios_not_the_ratio_of_medians() {
+        // Two rounds say the drain is half the ceiling (a fast minute, then a slow one), the
+        // third 0.6; the medians alone (36 and 60) would report that third round's 0.6.
+        let drain = figure(36.0, &[40.0, 20.0, 36.0]);
+        let ceiling = figure(60.0, &[80.0, 40.0, 60.0]);
+        let ratio = Ratio::between("drain / ceiling", &drain, &ceiling).expect("ratio");
+        assert_eq!(ratio.rounds, vec![0.5, 0.5, 0.6]);
+        assert_eq!(ratio.value, 0.5);
+        let even = Ratio::between("r", &figure(3.0, &[1.0, 3.0]), &figure(1.0, &[1.0, 1.0]));
+        assert_eq!(even.map(|r| r.value), Some(2.0));
+    }
+
+    #[test]
+    fn a_single_round_divides_the_figures() {
+        let ratio = Ratio::between("r", &figure(30.0, &[]), &figure(60.0, &[])).expect("ratio");
+        assert_eq!((ratio.value, ratio.rounds.len()), (0.5, 0));
+        let missing = Figure::default();
+        assert_eq!(Ratio::between("r", &missing, &figure(60.0, &[])), None);
     }
 }
