@@ -1,5 +1,6 @@
 //! The publish script against a real Redis: an event published again within the dedup window,
-//! from this window's set or the previous one's, is reported a duplicate and not appended.
+//! from this window's set or the previous one's, is reported a duplicate and not appended; a set
+//! two windows old is freed in the background, not by an expiry that stalls Redis.
 
 mod common;
 
@@ -24,14 +25,18 @@ fn event(topic: &str, key: Option<&str>, n: u32) -> StreamEvent {
 }
 
 fn publisher(redis: &TestRedis) -> Publisher {
+    publisher_at(&redis.url, &redis.prefix)
+}
+
+fn publisher_at(url: &str, prefix: &str) -> Publisher {
     let config = PublisherConfig {
-        stream_prefix: redis.prefix.clone(),
+        stream_prefix: prefix.to_string(),
         dedup_window: Duration::from_secs(3600),
         max_payload_bytes: 1024 * 1024,
         maxlen: None,
         timeout: Duration::from_secs(5),
     };
-    let conn = Publisher::connect(&redis.url, config.timeout).expect("redis url");
+    let conn = Publisher::connect(url, config.timeout).expect("redis url");
     Publisher::new(conn, config)
 }
 
@@ -96,4 +101,73 @@ async fn a_batch_published_again_is_all_duplicates_from_this_or_the_previous_win
         remembered, 1,
         "only the new event went into this window's set"
     );
+}
+
+/// Objects Redis has freed on its background thread since it started (`INFO memory`).
+async fn lazyfreed(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("memory")
+        .query_async(conn)
+        .await
+        .expect("info");
+    info.lines()
+        .find_map(|l| l.strip_prefix("lazyfreed_objects:"))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("lazyfreed_objects in INFO memory")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_set_two_windows_old_is_unlinked_by_the_next_publish_and_freed_in_the_background() {
+    // A server of its own: the lazy-free counter is server-wide.
+    let server = OwnRedis::start();
+    let redis = TestRedis::on(&server.url());
+    let publisher = publisher_at(&redis.url, &redis.prefix);
+    let window = Duration::from_secs(3600);
+    let old = vec![vec![event("r", None, 0)]];
+    let first = publisher.publish("r", &old, None).await.expect("publish");
+    assert_eq!(outcomes(&first), vec![Outcome::Published]);
+
+    // Two windows on, what this window remembered sits in the set two buckets back (grown
+    // past the size Redis frees inline), and the previous window's set holds another id.
+    let stream = keys::stream_key(&redis.prefix, "r");
+    let now = Utc::now().timestamp() as u64;
+    let [current, previous, _] = keys::dedup_keys(&stream, window, now);
+    let retired = keys::retired_dedup_key(&stream, window, now).expect("a bucket two back");
+    let mut conn = redis.conn().await;
+    let () = conn.rename(&current, &retired).await.expect("rename");
+    let filler: Vec<Vec<u8>> = (0..1000)
+        .map(|_| Uuid::new_v4().as_bytes().to_vec())
+        .collect();
+    let _: usize = conn.sadd(&retired, filler).await.expect("sadd");
+    let recent = vec![vec![event("r", None, 1)]];
+    let _: usize = conn
+        .sadd(&previous, recent[0][0].id.as_bytes().as_slice())
+        .await
+        .expect("sadd");
+    let freed_before = lazyfreed(&mut conn).await;
+
+    let mut batch = old.clone();
+    batch.extend(recent.clone());
+    batch.push(vec![event("r", None, 2)]);
+    let results = publisher.publish("r", &batch, None).await.expect("publish");
+    assert_eq!(
+        outcomes(&results),
+        vec![Outcome::Published, Outcome::Duplicate, Outcome::Published],
+        "ids older than two windows are forgotten; the previous window's are not"
+    );
+    let exists: bool = conn.exists(&retired).await.expect("exists");
+    assert!(!exists, "the retired set is gone");
+    let still: bool = conn.exists(&previous).await.expect("exists");
+    assert!(
+        still,
+        "the previous window's set is still read, so it stays"
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while lazyfreed(&mut conn).await == freed_before {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the retired set was not freed on Redis's background thread"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }

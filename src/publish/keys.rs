@@ -4,8 +4,10 @@
 //! `dedup_window`) go into the set of bucket `b`, and each publish checks buckets `b - 1`,
 //! `b` and `b + 1`. An id is therefore remembered for at least one full window, also by a
 //! replica whose clock is off by less than a window, and each set expires on its own one
-//! window after its last write, so at most two buckets hold data. Each member is the id's 16 raw bytes (about 60 bytes of Redis
-//! memory per event), so the memory is about `rate x 2 x window x 60 B` per topic.
+//! window after its last write, so at most two buckets hold data. Each member is the id's 16
+//! raw bytes (about 60 bytes of Redis memory per event), so the memory is about
+//! `rate x 2 x window x 60 B` per topic. A set is normally not left to expire: the first
+//! publish two buckets later unlinks it (see [`retired_dedup_key`]).
 //! Every dedup key carries the stream key's hash slot, so the script's keys share a slot on
 //! Redis Cluster.
 
@@ -43,6 +45,17 @@ pub fn dedup_keys(stream: &str, window: Duration, now_secs: u64) -> [String; 3] 
     ]
 }
 
+/// The set two buckets back at `now_secs`, which no publish reads any more (they read one
+/// bucket either side of their own), or `None` before there is one. The script `UNLINK`s it:
+/// Redis then frees it on its background thread. Left to its TTL, a set of a million ids
+/// (a quarter of an hour at 1,100 events/s on one topic) is freed by the expiry cycle on
+/// Redis's only command thread, which stalled every client of that Redis for 277 ms on this
+/// project's machine (`LATENCY LATEST`, `expire-cycle`).
+pub fn retired_dedup_key(stream: &str, window: Duration, now_secs: u64) -> Option<String> {
+    let bucket = (now_secs / window.as_secs().max(1)).checked_sub(2)?;
+    Some(format!("{}:dedup:{bucket}", slot_tag(stream)))
+}
+
 /// A bucket's set must be readable until the end of the next bucket, one window after the
 /// last write into it at the latest; a minute of slack covers skew and slow batches.
 pub fn dedup_ttl_secs(window: Duration) -> u64 {
@@ -67,6 +80,12 @@ mod tests {
         assert_eq!(cur, "{outbox:order.created}:dedup:2");
         assert_eq!(prev, "{outbox:order.created}:dedup:1");
         assert_eq!(next, "{outbox:order.created}:dedup:3");
+        let retired = retired_dedup_key("outbox:order.created", Duration::from_secs(900), 1800);
+        assert_eq!(retired.as_deref(), Some("{outbox:order.created}:dedup:0"));
+        for now in [0, 899, 900, 1799] {
+            let none = retired_dedup_key("outbox:order.created", Duration::from_secs(900), now);
+            assert_eq!(none, None, "no bucket two back at {now}");
+        }
         let [cur, ..] = dedup_keys("outbox:{tenant}x", Duration::from_secs(900), 0);
         assert_eq!(cur, "outbox:{tenant}x:dedup:0");
         let [cur, ..] = dedup_keys("outbox:{}x", Duration::from_secs(900), 0);

@@ -277,15 +277,19 @@ impl Publisher {
     ) -> Result<Vec<Outcome>, PublishError> {
         let now = Utc::now().timestamp().max(0) as u64;
         let [current, previous, next] = keys::dedup_keys(stream, self.config.dedup_window, now);
+        let retired = keys::retired_dedup_key(stream, self.config.dedup_window, now);
         // One contiguous command buffer: a script invocation would allocate every argument.
         let mut cmd = redis::cmd("EVALSHA");
         cmd.arg(script::PUBLISH.get_hash())
-            .arg(4)
+            .arg(4 + usize::from(retired.is_some()))
             .arg(stream)
             .arg(&current)
             .arg(&previous)
-            .arg(&next)
-            .arg(keys::dedup_ttl_secs(self.config.dedup_window))
+            .arg(&next);
+        if let Some(retired) = &retired {
+            cmd.arg(retired);
+        }
+        cmd.arg(keys::dedup_ttl_secs(self.config.dedup_window))
             .arg(maxlen)
             .arg(sent.len())
             .arg(topic);

@@ -14,7 +14,8 @@ use std::sync::LazyLock;
 
 use super::{classify_reply, Outcome, PublishError, Verdict};
 
-/// KEYS: stream, current dedup set, previous dedup set, next dedup set.
+/// KEYS: stream, current dedup set, previous dedup set, next dedup set, and when there is
+/// one, the retired set two buckets back (unlinked at the end: freed in the background).
 /// ARGV: ttl, maxlen (0 = none), n, topic, then per event [`PER_EVENT`] values: id (16
 /// bytes, the dedup member), chain (`k<n>` for a keyed chain, `u<n>` for an unkeyed event),
 /// then the `id`, `payload`, `headers`, `created_at` and `key` field values (`key` is ignored
@@ -93,6 +94,9 @@ if #added > 0 then
   end
   redis.call('EXPIRE', cur, ttl)
 end
+-- Last, so it is never the write that lets the XADDs past a full Redis (a script's first
+-- write decides whether it is refused for memory; UNLINK is never refused, it frees).
+if KEYS[5] then redis.call('UNLINK', KEYS[5]) end
 local out = {table.concat(status)}
 for k = 1, #errors do out[k + 1] = errors[k] end
 return out
