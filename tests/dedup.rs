@@ -1,6 +1,7 @@
 //! The publish script against a real Redis: an event published again within the dedup window,
 //! from this window's set or the previous one's, is reported a duplicate and not appended; a set
-//! two windows old is freed in the background, not by an expiry that stalls Redis.
+//! two windows old is freed in the background, not by an expiry that stalls Redis, also when
+//! the topic's traffic has stopped.
 
 mod common;
 
@@ -170,4 +171,47 @@ async fn a_set_two_windows_old_is_unlinked_by_the_next_publish_and_freed_in_the_
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// The dedup sets of `redis`'s streams that exist now.
+async fn dedup_sets(redis: &TestRedis) -> Vec<String> {
+    let mut conn = redis.conn().await;
+    conn.keys(format!("{{{}*}}:dedup:*", redis.prefix))
+        .await
+        .expect("keys")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_relay_unlinks_a_quiet_topics_old_sets_long_before_their_ttl() {
+    let db = TestDb::new().await;
+    let redis = TestRedis::shared();
+    let mut env = base_env(&db, &redis);
+    // Buckets of 2 s: the TTL backstop is 2 x 2 s + 60 s, a sweep runs every second.
+    env.push(("OUTBOX__REDIS__DEDUP_WINDOW".into(), "2s".into()));
+    env.push(("OUTBOX__RELAY__LEASE".into(), "1s".into()));
+    env.push(("OUTBOX__REDIS__TIMEOUT".into(), "500ms".into()));
+    let relay = RelayProc::spawn("sweep", &env);
+    insert_events(&db, 200, 2, 10).await;
+    db.wait_until_published(Duration::from_secs(30)).await;
+    let sets = dedup_sets(&redis).await;
+    assert!(!sets.is_empty(), "the published ids are remembered");
+    let mut conn = redis.conn().await;
+    for set in &sets {
+        let ttl: i64 = conn.ttl(set).await.expect("ttl");
+        assert!(ttl > 20, "{set} expires in {ttl} s, only as a backstop");
+    }
+    // No more traffic: no publish will unlink them; the dispatchers' sweeps must.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let left = dedup_sets(&redis).await;
+        if left.is_empty() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "still there 20 s later, left to their TTL: {left:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    drop(relay);
 }

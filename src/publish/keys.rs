@@ -3,11 +3,12 @@
 //! Dedup memory is bounded by time buckets: ids written during bucket `b` (of length
 //! `dedup_window`) go into the set of bucket `b`, and each publish checks buckets `b - 1`,
 //! `b` and `b + 1`. An id is therefore remembered for at least one full window, also by a
-//! replica whose clock is off by less than a window, and each set expires on its own one
-//! window after its last write, so at most two buckets hold data. Each member is the id's 16
-//! raw bytes (about 60 bytes of Redis memory per event), so the memory is about
-//! `rate x 2 x window x 60 B` per topic. A set is normally not left to expire: the first
-//! publish two buckets later unlinks it (see [`retired_dedup_key`]).
+//! replica whose clock is off by less than a window. A set is not left to expire (Redis would
+//! free it on its command thread, stalling every client): the first publish two buckets later
+//! unlinks it, and so does each dispatcher's sweep for a topic gone quiet (see
+//! [`retired_dedup_keys`]); the TTL is a backstop for when no relay runs. So at most two
+//! buckets hold data. Each member is the id's 16 raw bytes (about 60 bytes of Redis memory per
+//! event), so the memory is about `rate x 2 x window x 60 B` per topic.
 //! Every dedup key carries the stream key's hash slot, so the script's keys share a slot on
 //! Redis Cluster.
 
@@ -52,14 +53,38 @@ pub fn dedup_keys(stream: &str, window: Duration, now_secs: u64) -> [String; 3] 
 /// Redis's only command thread, which stalled every client of that Redis for 277 ms on this
 /// project's machine (`LATENCY LATEST`, `expire-cycle`).
 pub fn retired_dedup_key(stream: &str, window: Duration, now_secs: u64) -> Option<String> {
-    let bucket = (now_secs / window.as_secs().max(1)).checked_sub(2)?;
-    Some(format!("{}:dedup:{bucket}", slot_tag(stream)))
+    retired_dedup_keys(stream, window, now_secs).next()
 }
 
-/// A bucket's set must be readable until the end of the next bucket, one window after the
-/// last write into it at the latest; a minute of slack covers skew and slow batches.
+/// The sets two and three buckets back at `now_secs`, those that exist in time: what a sweep
+/// unlinks (three back too, for a sweep that came late).
+pub fn retired_dedup_keys(
+    stream: &str,
+    window: Duration,
+    now_secs: u64,
+) -> impl Iterator<Item = String> {
+    let bucket = now_secs / window.as_secs().max(1);
+    let tag = slot_tag(stream);
+    (2..=3).filter_map(move |back| {
+        let old = bucket.checked_sub(back)?;
+        Some(format!("{tag}:dedup:{old}"))
+    })
+}
+
+/// The TTL each write sets on its bucket's set: only a backstop. A set must stay readable
+/// until the end of the next bucket (one window after its last write at the latest, plus a
+/// minute for skew and slow batches); it lives a window longer so that a publish or a
+/// dispatcher's sweep (every [`sweep_every`]) unlinks it first, and Redis frees it on its
+/// background thread. Only with no relay running for a window does it expire, on Redis's
+/// command thread.
 pub fn dedup_ttl_secs(window: Duration) -> u64 {
-    window.as_secs().max(1) + 60
+    2 * window.as_secs().max(1) + 60
+}
+
+/// How often each dispatcher unlinks its topic's retired sets: well within the window a
+/// retired set has before its TTL, so a topic whose traffic stopped is swept too.
+pub fn sweep_every(window: Duration) -> Duration {
+    (window / 4).clamp(Duration::from_secs(1), Duration::from_secs(30))
 }
 
 #[cfg(test)]
@@ -82,6 +107,20 @@ mod tests {
         assert_eq!(next, "{outbox:order.created}:dedup:3");
         let retired = retired_dedup_key("outbox:order.created", Duration::from_secs(900), 1800);
         assert_eq!(retired.as_deref(), Some("{outbox:order.created}:dedup:0"));
+        let swept: Vec<String> =
+            retired_dedup_keys("outbox:order.created", Duration::from_secs(900), 2700).collect();
+        assert_eq!(
+            swept,
+            [
+                "{outbox:order.created}:dedup:1",
+                "{outbox:order.created}:dedup:0"
+            ]
+        );
+        assert_eq!(
+            sweep_every(Duration::from_secs(900)),
+            Duration::from_secs(30)
+        );
+        assert_eq!(sweep_every(Duration::from_secs(2)), Duration::from_secs(1));
         for now in [0, 899, 900, 1799] {
             let none = retired_dedup_key("outbox:order.created", Duration::from_secs(900), now);
             assert_eq!(none, None, "no bucket two back at {now}");

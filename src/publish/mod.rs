@@ -352,6 +352,27 @@ impl Publisher {
         script::parse_reply(&replies, sent.len())
     }
 
+    /// Unlinks the topic's retired dedup sets (see [`keys::retired_dedup_keys`]), which
+    /// Redis then frees on its background thread; returns how many existed.
+    pub async fn sweep(&self, topic: &str) -> Result<usize, PublishError> {
+        let stream = keys::stream_key(&self.config.stream_prefix, topic);
+        let now = Utc::now().timestamp().max(0) as u64;
+        let retired: Vec<String> =
+            keys::retired_dedup_keys(&stream, self.config.dedup_window, now).collect();
+        if retired.is_empty() {
+            return Ok(0);
+        }
+        let mut conn = self.conn.clone();
+        let mut cmd = redis::cmd("UNLINK");
+        cmd.arg(&retired);
+        let unlink = cmd.query_async::<usize>(&mut conn);
+        match tokio::time::timeout(self.config.timeout, unlink).await {
+            Ok(Ok(n)) => Ok(n),
+            Ok(Err(e)) => Err(PublishError::Outage(e.to_string())),
+            Err(_) => Err(PublishError::Outage("sweep timed out".into())),
+        }
+    }
+
     /// PING with a short deadline, for readiness.
     pub async fn ping(&self) -> bool {
         let mut conn = self.conn.clone();

@@ -1,15 +1,19 @@
 //! One dispatcher actor per topic: it owns the topic's stream and publishes its share of each
-//! batch with one deduplicating script call. [`Dispatchers`] is the topic registry that
+//! batch with one deduplicating script call, and on a timer unlinks the topic's retired dedup
+//! sets (a topic whose traffic stopped gets no publish that would). [`Dispatchers`] is the topic registry that
 //! starts them on first use, under a supervisor, and replaces one whose mailbox closed.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use actix::{Actor, Addr, Context, Handler, ResponseFuture, Supervised, Supervisor};
+use actix::{
+    Actor, ActorFutureExt, Addr, AsyncContext, Context, Handler, ResponseFuture, Supervised,
+    Supervisor, WrapFuture,
+};
 use uuid::Uuid;
 
 use super::messages::Publish;
-use crate::publish::{Outcome, PublishError, Publisher};
+use crate::publish::{keys, Outcome, PublishError, Publisher};
 
 /// Publishes one topic.
 pub struct Dispatcher {
@@ -19,6 +23,25 @@ pub struct Dispatcher {
 
 impl Actor for Dispatcher {
     type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        let every = keys::sweep_every(self.publisher.config().dedup_window);
+        ctx.run_interval(every, |me, ctx| {
+            let publisher = me.publisher.clone();
+            let topic = me.topic.clone();
+            let sweep = async move { (publisher.sweep(&topic).await, topic) };
+            // Beside the publishes, not ahead of them (`wait` would hold the mailbox).
+            ctx.spawn(
+                sweep
+                    .into_actor(me)
+                    .map(|(result, topic), _, _| match result {
+                        Ok(0) => {}
+                        Ok(n) => tracing::debug!(%topic, sets = n, "retired dedup sets unlinked"),
+                        Err(e) => tracing::debug!(%topic, error = %e, "dedup sweep skipped"),
+                    }),
+            );
+        });
+    }
 }
 
 impl Supervised for Dispatcher {
