@@ -84,6 +84,9 @@ pub async fn run_until(
     );
     let health = Arc::new(Health::default());
     let metrics = crate::telemetry::install_metrics();
+    if let Some(handle) = &metrics {
+        crate::telemetry::spawn_upkeep(handle.clone());
+    }
     let relay = relay::start(
         &settings,
         &url,

@@ -16,6 +16,24 @@ const LATENCY_BUCKETS: &[f64] = &[
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
 ];
 
+/// How often recorded histogram samples are folded into their buckets.
+const UPKEEP_EVERY: Duration = Duration::from_secs(5);
+
+/// Folds histogram samples into their buckets on a timer, on the actix system's runtime. The
+/// exporter keeps every sample until a scrape of `/metrics` renders it or upkeep runs, and
+/// `install_recorder` leaves upkeep to its caller: a relay nobody scraped grew by about 43 kB
+/// a second at 2,000 events/s (two samples per cycle and event), without bound.
+pub fn spawn_upkeep(handle: PrometheusHandle) {
+    actix::spawn(async move {
+        let mut tick = tokio::time::interval(UPKEEP_EVERY);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            handle.run_upkeep();
+        }
+    });
+}
+
 /// Installs the global metrics recorder; returns the handle `/metrics` renders.
 pub fn install_metrics() -> Option<PrometheusHandle> {
     let builder = PrometheusBuilder::new()
