@@ -1,15 +1,13 @@
 //! One dispatcher actor per topic: it owns the topic's stream and publishes its share of each
 //! batch with one deduplicating script call, and on a timer unlinks the topic's retired dedup
-//! sets (a topic whose traffic stopped gets no publish that would). [`Dispatchers`] is the topic registry that
-//! starts them on first use, under a supervisor, and replaces one whose mailbox closed.
+//! sets (a topic whose traffic stopped gets no publish that would). [`Dispatchers`] is the
+//! topic registry that starts them on first use, under a supervisor, and replaces one whose
+//! mailbox closed.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use actix::{
-    Actor, ActorFutureExt, Addr, AsyncContext, Context, Handler, ResponseFuture, Supervised,
-    Supervisor, WrapFuture,
-};
+use actix::{Actor, Addr, AsyncContext, Context, Handler, ResponseFuture, Supervised, Supervisor};
 use uuid::Uuid;
 
 use super::messages::Publish;
@@ -26,20 +24,17 @@ impl Actor for Dispatcher {
 
     fn started(&mut self, ctx: &mut Context<Self>) {
         let every = keys::sweep_every(self.publisher.config().dedup_window);
-        ctx.run_interval(every, |me, ctx| {
+        ctx.run_interval(every, |me, _| {
             let publisher = me.publisher.clone();
             let topic = me.topic.clone();
-            let sweep = async move { (publisher.sweep(&topic).await, topic) };
-            // Beside the publishes, not ahead of them (`wait` would hold the mailbox).
-            ctx.spawn(
-                sweep
-                    .into_actor(me)
-                    .map(|(result, topic), _, _| match result {
-                        Ok(0) => {}
-                        Ok(n) => tracing::debug!(%topic, sets = n, "retired dedup sets unlinked"),
-                        Err(e) => tracing::debug!(%topic, error = %e, "dedup sweep skipped"),
-                    }),
-            );
+            // Beside the publishes, not ahead of them in the mailbox.
+            actix::spawn(async move {
+                match publisher.sweep(&topic).await {
+                    Ok(0) => {}
+                    Ok(n) => tracing::debug!(%topic, sets = n, "retired dedup sets unlinked"),
+                    Err(e) => tracing::debug!(%topic, error = %e, "dedup sweep skipped"),
+                }
+            });
         });
     }
 }
