@@ -3,11 +3,11 @@
 //!
 //! Pending, dead and discarded counts and the topics' settings are read fresh on each call
 //! (from the unsettled rows' partial indexes: proportional to the backlog, not to the rows
-//! kept). Published counts need a pass over every published row the retention keeps (0.4 s
-//! per 2M rows here), and the overview refreshes every 5 s in every open browser: they are
-//! cached per replica and recounted at most every `max(1 s, 20 x the last count's duration)`,
-//! so the admin never spends more than about 5% of one Postgres core on them, however many
-//! people watch. One count runs at a time; callers meanwhile wait for its result.
+//! kept). Published counts need a pass over every published row the retention keeps, and
+//! the overview refreshes every 5 s in every open browser: they are cached per replica and
+//! recounted at most every `max(1 s, 20 x the last count's duration)`, so the admin never
+//! spends more than about 5% of one Postgres core on them, however many people watch.
+//! One count runs at a time; callers meanwhile wait for its result.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};

@@ -2,9 +2,10 @@
 //! CPU seconds (from `INFO cpu`) over the measured span.
 //!
 //! On a small machine the relay shares its cores with Postgres, Redis and the producers, so a
-//! speed figure means little without knowing whether the cores were saturated: a drain at 1.95
-//! busy cores of 2 is CPU-bound, whatever the relay does. Both readings are machine-wide (the
-//! bench expects the machine otherwise idle), and each is absent where it cannot be read.
+//! speed figure means little without knowing whether the cores were saturated: a drain that
+//! keeps every core busy is CPU-bound, whatever the relay does. Both readings are
+//! machine-wide (the bench expects the machine otherwise idle), and each is absent where it
+//! cannot be read.
 
 use std::time::Instant;
 

@@ -144,8 +144,8 @@ pub async fn list(
     limit: i64,
 ) -> Result<Vec<EventRow>, DbError> {
     // Only the filters present become SQL, so the planner sees plain conditions that match
-    // an index. A topic is filtered while walking `seq` (an index per topic cost the relay
-    // 15% of its keep-rows speed: each publish would add an entry to it).
+    // an index. A topic is filtered while walking `seq`: an index per topic would slow the
+    // relay down, since each publish would add an entry to it.
     let mut conditions: Vec<String> = Vec::new();
     let mut n = 0;
     let mut param = || {
@@ -273,8 +273,8 @@ pub async fn unsettled_counts(
 }
 
 /// Published rows still kept, per topic. This reads every published row (retention keeps
-/// them for `retention.published_for`): about 0.4 s per 2M rows here. The admin caches it
-/// (`admin::counts`); nothing on the relay's path calls it.
+/// them for `retention.published_for`), so the admin caches it (`admin::counts`); nothing on
+/// the relay's path calls it.
 pub async fn published_counts(conn: &mut AsyncPgConnection) -> Result<Vec<(String, i64)>, DbError> {
     #[derive(QueryableByName)]
     struct Row {

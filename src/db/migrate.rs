@@ -31,7 +31,7 @@ pub enum MigrateError {
 
 /// Applies pending migrations and returns how many ran. Runs on its own thread: diesel's
 /// migration harness is synchronous and `AsyncMigrationHarness` panics on actix's
-/// single-threaded runtime (STACK-NOTES).
+/// single-threaded runtime.
 pub async fn run_pending(url: &str) -> Result<usize, MigrateError> {
     let url = url.to_string();
     let (tx, rx) = tokio::sync::oneshot::channel();

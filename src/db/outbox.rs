@@ -177,15 +177,15 @@ pub async fn claim_heads(
     let (sql, window) = match scan {
         // The window is the oldest pending rows, so a key's first row in it is the key's
         // first pending row: heads come from the window alone, with no probe per row. (The
-        // probe "is there an earlier pending row of my key?" was planned as a sequential
-        // scan for a hot key, whose every row matches: O(table) per row, minutes per claim.)
+        // probe "is there an earlier pending row of my key?" can be planned as a sequential
+        // scan for a hot key, whose every row matches: O(table) per row.)
         // The LATERAL fixes the plan (candidates first, one index lookup each): left to
-        // itself, on a table without fresh statistics the planner looped over every pending
-        // row for each candidate (7 s for 2,000).
+        // itself, on a table without fresh statistics the planner may loop over every
+        // pending row for each candidate.
         // The limit applies after the locks, not to the candidates: the nested loop walks
         // candidates oldest first, skips those another claimer holds and stops at `$1`
-        // locked. Limiting the candidates first gave every concurrent claimer the same
-        // 1,000, which the first one held: the others came back empty.
+        // locked. Limiting the candidates first would give every concurrent claimer the same
+        // candidates, which the first one holds, and the others would come back empty.
         HeadScan::Oldest(window) => (
             format!(
                 "WITH w AS MATERIALIZED (
@@ -322,23 +322,23 @@ pub async fn claim_runs(
 /// Settings of the relay's own claim transaction, sent in one round trip.
 ///
 /// `synchronous_commit = off` lets it commit without waiting for its WAL flush. Safe for the
-/// relay's own transactions, and only for them: if Postgres crashes within the few hundred
-/// milliseconds before the flush, the marks of that commit are lost and the rows are pending
-/// again. The next claim republishes them, and the Redis-side dedup (remembering ids for
+/// relay's own transactions, and only for them: if Postgres crashes before the WAL writer
+/// flushes, the marks of that commit are lost and the rows are pending again. The next
+/// claim republishes them, and the Redis-side dedup (remembering ids for
 /// `redis.dedup_window`, minutes) refuses every second XADD; a lost retry schedule only means
-/// one attempt is not counted. What it saves is an fsync (~3 ms here) per cycle, the largest
-/// single part of commit-to-stream latency at low rates. Producers' commits and the admin's
-/// writes keep the server's `synchronous_commit`.
+/// one attempt is not counted. What it saves is an fsync per cycle, the largest single part
+/// of commit-to-stream latency at low rates. Producers' commits and the admin's writes keep
+/// the server's `synchronous_commit`.
 ///
 /// `enable_seqscan = off`: every statement of a cycle reaches its rows through an index or
-/// by `ctid`, and a sequential scan is always a misestimate. The planner chose one to mark
-/// 2,000 rows by `ctid = ANY($1)` (25 ms on 100k rows, growing with the rows kept for
-/// retention, where the TID scan takes 1.3 ms).
+/// by `ctid`, and a sequential scan is always a misestimate. Left free, the planner can pick
+/// one to mark rows by `ctid = ANY($1)`, whose cost grows with the rows kept for retention,
+/// where the TID scan stays cheap.
 ///
 /// `plan_cache_mode = force_custom_plan`: the statements are prepared once per connection
 /// (see `prepared`) but planned for each run, with the table's current size. A generic
-/// plan is kept until the next ANALYZE: one made while the table was empty marked rows by
-/// a sequential scan for as long as the relay ran.
+/// plan is kept until the next ANALYZE: one made while the table was empty would mark rows
+/// by a sequential scan for as long as the relay runs.
 ///
 /// These are `set_config(.., is_local => true)` calls (`SET LOCAL`), in a statement of their
 /// own here and folded into [`take_claim_slot`]'s statement when the relay takes a slot: a

@@ -3,8 +3,8 @@
 //! A tokio-postgres connection's driver task (the one that reads and writes its socket) lives
 //! on the runtime that opened it, so each pool says where its drivers run ([`Drivers`]).
 //! actix-web runs one runtime per worker, and a worker that stops first would close
-//! connections that another worker still uses (STACK-NOTES: 500 "connection closed" in 2 of
-//! 3 shutdowns): the admin's pool drives its connections on one dedicated thread. The relay's
+//! connections that another worker still uses (its requests fail with "connection closed"
+//! at shutdown): the admin's pool drives its connections on one dedicated thread. The relay's
 //! actors all run on the system arbiter, which outlives them: their pool drives its
 //! connections right there, which spares every statement two hand-offs between threads.
 
@@ -60,8 +60,8 @@ pub enum Drivers {
     /// On one dedicated thread, for a pool used from several runtimes (the admin server's).
     Dedicated,
     /// On the runtime that opens the connection, for a pool used from one runtime that
-    /// outlives every user of it (the relay's, on the actix system arbiter). Relay CPU per
-    /// 200k-event drain: 1.22-1.31 s dedicated, 1.03-1.04 s here (docs/performance.md).
+    /// outlives every user of it (the relay's, on the actix system arbiter): it spares every
+    /// statement two hand-offs between threads.
     Caller,
 }
 

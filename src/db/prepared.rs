@@ -3,8 +3,8 @@
 //! diesel's `sql_query` declares itself unsafe to cache (its text might be built from input,
 //! and a cache keyed by text would then grow without bound). diesel-async honours that by
 //! preparing the statement anew on every run: a Parse/Describe round trip and a fresh plan
-//! before the Bind/Execute round trip. A claim cycle runs five such statements, so at low
-//! rates those extra round trips were a large share of commit-to-stream latency.
+//! before the Bind/Execute round trip. A claim cycle runs several such statements, so at low
+//! rates those extra round trips would be a large share of commit-to-stream latency.
 //!
 //! [`prepared`] wraps a `sql_query` whose text is a constant (or built only from constants)
 //! and lets diesel-async cache it per connection, keyed by its text and bind types: later

@@ -48,10 +48,9 @@ pub fn dedup_keys(stream: &str, window: Duration, now_secs: u64) -> [String; 3] 
 
 /// The set two buckets back at `now_secs`, which no publish reads any more (they read one
 /// bucket either side of their own), or `None` before there is one. The script `UNLINK`s it:
-/// Redis then frees it on its background thread. Left to its TTL, a set of a million ids
-/// (a quarter of an hour at 1,100 events/s on one topic) is freed by the expiry cycle on
-/// Redis's only command thread, which stalled every client of that Redis for 277 ms on this
-/// project's machine (`LATENCY LATEST`, `expire-cycle`).
+/// Redis then frees it on its background thread. Left to its TTL, a large set is freed by
+/// the expiry cycle on Redis's only command thread, which stalls every client of that Redis
+/// meanwhile.
 pub fn retired_dedup_key(stream: &str, window: Duration, now_secs: u64) -> Option<String> {
     retired_dedup_keys(stream, window, now_secs).next()
 }

@@ -1,13 +1,13 @@
 //! Whether a cycle may mark its batch published while the batch is still being published.
 //!
-//! A cycle spends about as long in Redis as in the mark that follows it (2,000 events: 33 ms
-//! of scripts, 27 ms of UPDATE). Running the mark beside the scripts, in the same
-//! transaction, hides the shorter of the two. That is only right when every event reaches
-//! its stream: an event that fails must stay pending. So an overlapped cycle that meets a
-//! failing event rolls back (the appended events stay in Redis, and the dedup turns their
-//! second publish into a no-op) and is redone the careful way, publish first, then mark
-//! what reached its stream. After such a failure the relay stays careful for a while: a
-//! poisoned batch is usually followed by more of the same, and each redo costs a publish.
+//! A cycle spends about as long in Redis as in the mark that follows it. Running the mark
+//! beside the scripts, in the same transaction, hides the shorter of the two. That is only
+//! right when every event reaches its stream: an event that fails must stay pending. So an
+//! overlapped cycle that meets a failing event rolls back (the appended events stay in Redis,
+//! and the dedup turns their second publish into a no-op) and is redone the careful way,
+//! publish first, then mark what reached its stream. After such a failure the relay stays
+//! careful for a while: a poisoned batch is usually followed by more of the same, and each redo
+//! costs a publish.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

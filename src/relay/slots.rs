@@ -2,8 +2,8 @@
 //! (`relay.cluster_claims`, advisory-lock slots taken by `db::outbox::take_claim_slot`).
 //!
 //! More claim transactions than the database has cores to run them only slow each other
-//! down: on this project's 2-core machine three replicas of two workers drained at 0.9 of one
-//! replica's speed. With a cap, extra replicas stand by and take a slot as soon as one frees.
+//! down, so extra replicas can drain slower than one. With a cap, extra replicas stand by and
+//! take a slot as soon as one frees.
 //! A replica that hangs inside its transactions keeps its slots until Postgres ends them after
 //! `relay.lease`; when a slot's holder has been in its transaction for [`SLOT_PATIENCE`] (a
 //! healthy cycle takes milliseconds), the others claim without a slot meanwhile.
