@@ -1,5 +1,5 @@
--- NOTIFY serializes the commits of every transaction that notifies (migration 3): producers
--- committing one event per transaction top out at 2-3k commits/s with the trigger notifying.
+-- NOTIFY serializes the commits of every transaction that notifies (migration 3), which caps
+-- producers committing one event per transaction while the trigger notifies.
 -- A relay that is already claiming continuously gains nothing from being woken, so while
 -- events arrive faster than relay.quiet_above per second a replica writes busy_until (a second
 -- ahead, renewed while the rate lasts) and polls every 5 ms itself; until then the trigger

@@ -1,8 +1,8 @@
 -- The outbox is a queue: every publish leaves a dead row version (the UPDATE that marks it,
 -- or the DELETE of delete mode), and the pending indexes keep entries for published rows
 -- until a vacuum. Postgres's default waits for dead versions to reach 20% of the table,
--- which a table holding days of published rows rarely does: a 10-minute soak at 2,000
--- events/s without vacuum saw commit-to-stream p50 go from 8 to 33 ms (docs/performance.md).
+-- which a table holding days of published rows rarely does, so the dead versions pile up and
+-- commit-to-stream latency grows the longer the relay runs.
 -- A fixed threshold lets autovacuum visit the table about once a naptime (a minute) under
 -- load, and every few thousand events when quiet. Setting these takes only a
 -- SHARE UPDATE EXCLUSIVE lock: producers and relays go on during the migration.
