@@ -14,6 +14,8 @@ use figment::providers::{Env, Format, Serialized, Toml};
 use figment::Figment;
 use serde::{Deserialize, Serialize};
 
+mod rules;
+
 /// A bad setting: the program prints it as one line and exits with status 2.
 #[derive(Debug, thiserror::Error)]
 #[error("invalid setting `{setting}`: {message}")]
@@ -168,7 +170,15 @@ pub struct RelaySettings {
     /// How often a replica writes its heartbeat.
     #[serde(with = "humantime_serde")]
     pub heartbeat_interval: Duration,
+    /// `/healthz` fails when no claim cycle has ended for this long while events are pending:
+    /// the process runs but relays nothing, and a liveness probe should restart it. Defaults
+    /// to twice the longer of `relay.lease` and `relay.poll_interval` (at least 10s).
+    #[serde(with = "humantime_serde")]
+    pub stall_after: Duration,
 }
+
+/// The shortest default `relay.stall_after`: longer than the claim loop's longest outage pause.
+const MIN_STALL_AFTER: Duration = Duration::from_secs(10);
 
 impl Default for DatabaseSettings {
     fn default() -> Self {
@@ -237,6 +247,7 @@ impl Default for RelaySettings {
             poll_interval: Duration::from_secs(1),
             poll_only: false,
             heartbeat_interval: Duration::from_secs(5),
+            stall_after: Duration::from_secs(60),
         }
     }
 }
@@ -262,7 +273,8 @@ impl Settings {
         file: Option<&Path>,
         overrides: &Overrides,
     ) -> Result<Settings, ConfigError> {
-        let mut figment = Figment::from(Serialized::defaults(base));
+        // The layers above the defaults alone, to tell which settings the user gave.
+        let mut upper = Figment::new();
         if let Some(path) = file {
             if !path.exists() {
                 return Err(ConfigError::new(
@@ -270,9 +282,9 @@ impl Settings {
                     format!("file {} does not exist", path.display()),
                 ));
             }
-            figment = figment.merge(Toml::file(path));
+            upper = upper.merge(Toml::file(path));
         }
-        figment = figment
+        upper = upper
             .merge(Env::prefixed("OUTBOX__").split("__"))
             .merge(
                 Env::raw()
@@ -288,130 +300,39 @@ impl Settings {
         ];
         for (key, value) in flags {
             if let Some(value) = value {
-                figment = figment.merge(Serialized::default(key, value));
+                upper = upper.merge(Serialized::default(key, value));
             }
         }
-        let settings: Settings = figment.extract().map_err(from_figment)?;
-        settings.validate()?;
+        let figment = Figment::from(Serialized::defaults(base)).merge(upper.clone());
+        let mut settings: Settings = figment.extract().map_err(from_figment)?;
+        let given = |key: &str| upper.contains(key);
+        settings.follow_lease(&given);
+        rules::check(&settings, &given)?;
         Ok(settings)
     }
 
-    /// Checks what serde cannot: URLs, ranges and relations between settings.
+    /// Checks what serde cannot: URLs, ranges and relations between settings. A broken rule
+    /// names its first setting.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        if let Some(url) = &self.database.url {
-            validate_postgres_url(url)?;
+        rules::check(self, &|_| true)
+    }
+
+    /// Defaults that depend on `relay.lease` follow it, unless the user set them: a Redis round
+    /// trip must end well within the lease, the dedup window must outlast two leases (a claim
+    /// abandoned by a crashed replica is retaken within one), and a claim loop is stalled only
+    /// when it has been silent for longer than a cycle may take or the poll may wait.
+    fn follow_lease(&mut self, given: &dyn Fn(&str) -> bool) {
+        let lease = self.relay.lease;
+        if !given("redis.timeout") {
+            self.redis.timeout = self.redis.timeout.min(lease / 2);
         }
-        if self.database.pool_size < 2 {
-            return Err(ConfigError::new(
-                "database.pool_size",
-                "must be at least 2 (the claim loop and maintenance each need one)",
-            ));
+        if !given("redis.dedup_window") {
+            self.redis.dedup_window = self.redis.dedup_window.max(lease * 2);
         }
-        redis::Client::open(self.redis.url.as_str())
-            .map_err(|e| ConfigError::new("redis.url", e.to_string()))?;
-        if self.redis.stream_prefix.chars().any(char::is_whitespace) {
-            return Err(ConfigError::new(
-                "redis.stream_prefix",
-                "must not contain whitespace",
-            ));
+        if !given("relay.stall_after") {
+            let cycle_gap = lease.max(self.relay.poll_interval);
+            self.relay.stall_after = (cycle_gap * 2).max(MIN_STALL_AFTER);
         }
-        if self.redis.max_payload_bytes == 0 {
-            return Err(ConfigError::new("redis.max_payload_bytes", "must be > 0"));
-        }
-        if self.redis.timeout.is_zero() {
-            return Err(ConfigError::new("redis.timeout", "must be > 0"));
-        }
-        self.admin_addr()?;
-        if self
-            .admin
-            .read_only_token
-            .as_deref()
-            .is_some_and(|t| !t.is_empty())
-            && self.admin.token.as_deref().unwrap_or("").is_empty()
-        {
-            return Err(ConfigError::new(
-                "admin.read_only_token",
-                "needs admin.token too (without a token the admin is open to all)",
-            ));
-        }
-        if self.admin.read_only_token.is_some() && self.admin.read_only_token == self.admin.token {
-            return Err(ConfigError::new(
-                "admin.read_only_token",
-                "must differ from admin.token",
-            ));
-        }
-        if self.retry.max_attempts == 0 {
-            return Err(ConfigError::new("retry.max_attempts", "must be at least 1"));
-        }
-        if self.retry.base.is_zero() {
-            return Err(ConfigError::new("retry.base", "must be > 0"));
-        }
-        if self.retry.max < self.retry.base {
-            return Err(ConfigError::new("retry.max", "must be at least retry.base"));
-        }
-        if self.relay.lease < Duration::from_secs(1) {
-            return Err(ConfigError::new("relay.lease", "must be at least 1s"));
-        }
-        if self.redis.dedup_window < self.relay.lease * 2 {
-            return Err(ConfigError::new(
-                "redis.dedup_window",
-                "must be at least twice relay.lease: a claim abandoned by a crashed replica is retaken within the lease, and its second XADD must still be refused",
-            ));
-        }
-        if self.redis.timeout >= self.relay.lease {
-            return Err(ConfigError::new(
-                "redis.timeout",
-                "must be shorter than relay.lease",
-            ));
-        }
-        if !(1..=10_000).contains(&self.relay.batch_size) {
-            return Err(ConfigError::new("relay.batch_size", "must be 1..=10000"));
-        }
-        if !(1024..=1024 * 1024 * 1024).contains(&self.relay.batch_bytes) {
-            return Err(ConfigError::new(
-                "relay.batch_bytes",
-                "must be 1024..=1073741824 (1 KiB to 1 GiB)",
-            ));
-        }
-        if self.relay.cluster_claims > 1024 {
-            return Err(ConfigError::new(
-                "relay.cluster_claims",
-                "must be 0..=1024 (0: no cap)",
-            ));
-        }
-        if !(1..=32).contains(&self.relay.workers) {
-            return Err(ConfigError::new("relay.workers", "must be 1..=32"));
-        }
-        if self.database.pool_size < self.relay.workers + 2 {
-            return Err(ConfigError::new(
-                "database.pool_size",
-                "must be at least relay.workers + 2 (the admin server has 2 of them; each claim worker needs one of the rest)",
-            ));
-        }
-        if self.relay.poll_interval.is_zero() {
-            return Err(ConfigError::new("relay.poll_interval", "must be > 0"));
-        }
-        if self.relay.heartbeat_interval.is_zero() {
-            return Err(ConfigError::new("relay.heartbeat_interval", "must be > 0"));
-        }
-        if self.retention.interval.is_zero() {
-            return Err(ConfigError::new("retention.interval", "must be > 0"));
-        }
-        if !(1..=100_000).contains(&self.retention.batch_size) {
-            return Err(ConfigError::new(
-                "retention.batch_size",
-                "must be 1..=100000",
-            ));
-        }
-        if let Some(id) = &self.instance_id {
-            if id.is_empty() || id.len() > 255 {
-                return Err(ConfigError::new(
-                    "instance_id",
-                    "must be 1 to 255 characters",
-                ));
-            }
-        }
-        Ok(())
     }
 
     /// The database URL, required by the commands that touch Postgres.
@@ -536,21 +457,6 @@ mod lenient {
     }
 }
 
-fn validate_postgres_url(raw: &str) -> Result<(), ConfigError> {
-    let parsed =
-        url::Url::parse(raw).map_err(|e| ConfigError::new("database.url", e.to_string()))?;
-    if !matches!(parsed.scheme(), "postgres" | "postgresql") {
-        return Err(ConfigError::new(
-            "database.url",
-            format!(
-                "scheme must be postgres:// or postgresql://, not {}://",
-                parsed.scheme()
-            ),
-        ));
-    }
-    Ok(())
-}
-
 fn from_figment(error: figment::Error) -> ConfigError {
     use figment::error::Kind;
     let mut path = error.path.join(".");
@@ -639,6 +545,46 @@ mod tests {
             Settings::load(Settings::default(), Some(&path), &Overrides::default()).expect("load");
         assert_eq!(s.instance_id.as_deref(), Some("42"));
         assert_eq!(s.admin.token.as_deref(), Some("123456"));
+    }
+
+    fn load_toml(text: &str) -> Result<Settings, ConfigError> {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("c.toml");
+        std::fs::write(&path, text).expect("write");
+        Settings::load(Settings::default(), Some(&path), &Overrides::default())
+    }
+
+    #[test]
+    fn defaults_follow_a_short_lease() {
+        let s = load_toml("[relay]\nlease = \"3s\"\n").expect("a short lease alone is valid");
+        assert_eq!(s.redis.timeout, Duration::from_millis(1500));
+        assert_eq!(s.redis.dedup_window, Duration::from_secs(900));
+        assert_eq!(s.relay.stall_after, Duration::from_secs(10));
+    }
+
+    #[test]
+    fn defaults_follow_a_long_lease() {
+        let s = load_toml("[relay]\nlease = \"10m\"\n").expect("a long lease alone is valid");
+        assert_eq!(s.redis.timeout, Duration::from_secs(5));
+        assert_eq!(s.redis.dedup_window, Duration::from_secs(1200));
+        assert_eq!(s.relay.stall_after, Duration::from_secs(1200));
+    }
+
+    #[test]
+    fn a_slow_poll_lengthens_the_stall_limit() {
+        let s =
+            load_toml("[relay]\npoll_interval = \"60s\"\n").expect("a slow poll alone is valid");
+        assert_eq!(s.relay.stall_after, Duration::from_secs(120));
+    }
+
+    #[test]
+    fn a_given_value_is_kept_and_a_conflict_names_it() {
+        let s = load_toml("[relay]\nlease = \"3s\"\n[redis]\ntimeout = \"2s\"\n").expect("valid");
+        assert_eq!(s.redis.timeout, Duration::from_secs(2));
+        let err = load_toml("[relay]\nlease = \"3s\"\n[redis]\ntimeout = \"4s\"\n")
+            .expect_err("timeout above the lease");
+        assert_eq!(err.setting, "redis.timeout");
+        assert!(err.message.contains("below 3s"), "{}", err.message);
     }
 
     #[test]

@@ -1,0 +1,274 @@
+//! The validation rules of the settings, as a list: each names the settings it reads and says,
+//! for a person, what would work instead. A relation between two settings is reported under
+//! the one the user set, so nobody is told to fix a setting they never touched.
+
+use std::time::Duration;
+
+use super::{ConfigError, Settings};
+
+/// One rule: the settings it reads (the first is named unless the user set only another) and
+/// the check, which returns what is wrong.
+struct Rule {
+    settings: &'static [&'static str],
+    check: fn(&Settings) -> Result<(), String>,
+}
+
+/// Checks every rule in order; the first broken one is the error.
+pub(super) fn check(settings: &Settings, given: &dyn Fn(&str) -> bool) -> Result<(), ConfigError> {
+    for rule in RULES {
+        if let Err(message) = (rule.check)(settings) {
+            let named = rule
+                .settings
+                .iter()
+                .find(|name| given(name))
+                .unwrap_or(&rule.settings[0]);
+            return Err(ConfigError::new(named, message));
+        }
+    }
+    Ok(())
+}
+
+fn within<T: PartialOrd + std::fmt::Display>(value: T, low: T, high: T) -> Result<(), String> {
+    if value < low || value > high {
+        return Err(format!("must be {low}..={high}, not {value}"));
+    }
+    Ok(())
+}
+
+fn at_least_one(value: u64) -> Result<(), String> {
+    if value == 0 {
+        return Err("must be at least 1".into());
+    }
+    Ok(())
+}
+
+fn positive(value: Duration) -> Result<(), String> {
+    if value.is_zero() {
+        return Err("must be longer than 0s".into());
+    }
+    Ok(())
+}
+
+fn human(d: Duration) -> String {
+    humantime::format_duration(d).to_string()
+}
+
+const RULES: &[Rule] = &[
+    Rule {
+        settings: &["database.url"],
+        check: |s| s.database.url.as_deref().map_or(Ok(()), postgres_url),
+    },
+    Rule {
+        settings: &["database.pool_size", "relay.workers"],
+        check: |s| {
+            let least = s.relay.workers.max(1) + 2;
+            if s.database.pool_size < least {
+                return Err(format!(
+                    "database.pool_size ({}) must be at least relay.workers + 2 = {least}: the admin server has 2 connections and each claim worker needs one",
+                    s.database.pool_size
+                ));
+            }
+            Ok(())
+        },
+    },
+    Rule {
+        settings: &["redis.url"],
+        check: |s| {
+            redis::Client::open(s.redis.url.as_str())
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        },
+    },
+    Rule {
+        settings: &["redis.stream_prefix"],
+        check: |s| {
+            if s.redis.stream_prefix.chars().any(char::is_whitespace) {
+                return Err("must not contain whitespace".into());
+            }
+            Ok(())
+        },
+    },
+    Rule {
+        settings: &["redis.max_payload_bytes"],
+        check: |s| at_least_one(s.redis.max_payload_bytes as u64),
+    },
+    Rule {
+        settings: &["redis.timeout"],
+        check: |s| positive(s.redis.timeout),
+    },
+    Rule {
+        settings: &["admin.addr"],
+        check: |s| s.admin_addr().map(|_| ()).map_err(|e| e.message),
+    },
+    Rule {
+        settings: &["admin.read_only_token"],
+        check: |s| {
+            let token = s.admin.token.as_deref().unwrap_or("");
+            match s.admin.read_only_token.as_deref() {
+                Some(ro) if !ro.is_empty() && token.is_empty() => {
+                    Err("needs admin.token too (without a token the admin is open to all)".into())
+                }
+                Some(ro) if ro == token => Err("must differ from admin.token".into()),
+                _ => Ok(()),
+            }
+        },
+    },
+    Rule {
+        settings: &["retry.max_attempts"],
+        check: |s| at_least_one(u64::from(s.retry.max_attempts)),
+    },
+    Rule {
+        settings: &["retry.base"],
+        check: |s| positive(s.retry.base),
+    },
+    Rule {
+        settings: &["retry.max", "retry.base"],
+        check: |s| {
+            if s.retry.max < s.retry.base {
+                return Err(format!(
+                    "retry.max ({}) must be at least retry.base ({})",
+                    human(s.retry.max),
+                    human(s.retry.base)
+                ));
+            }
+            Ok(())
+        },
+    },
+    Rule {
+        settings: &["relay.lease"],
+        check: |s| {
+            if s.relay.lease < Duration::from_secs(1) {
+                return Err(format!("must be at least 1s, not {}", human(s.relay.lease)));
+            }
+            Ok(())
+        },
+    },
+    Rule {
+        settings: &["redis.dedup_window", "relay.lease"],
+        check: |s| {
+            if s.redis.dedup_window < s.relay.lease * 2 {
+                return Err(format!(
+                    "redis.dedup_window ({}) must be at least twice relay.lease ({}): a claim abandoned by a crashed replica is retaken within the lease, and its second XADD must still be refused; use a window of {} or more, or a shorter lease",
+                    human(s.redis.dedup_window),
+                    human(s.relay.lease),
+                    human(s.relay.lease * 2)
+                ));
+            }
+            Ok(())
+        },
+    },
+    Rule {
+        settings: &["redis.timeout", "relay.lease"],
+        check: |s| {
+            if s.redis.timeout >= s.relay.lease {
+                return Err(format!(
+                    "redis.timeout ({}) must be shorter than relay.lease ({}): a publish must end within the claim; use a timeout below {} (half of it is the default), or a longer lease",
+                    human(s.redis.timeout),
+                    human(s.relay.lease),
+                    human(s.relay.lease)
+                ));
+            }
+            Ok(())
+        },
+    },
+    Rule {
+        settings: &["relay.stall_after", "relay.lease"],
+        check: |s| {
+            let least = s.relay.lease.max(s.relay.poll_interval);
+            if s.relay.stall_after <= least {
+                return Err(format!(
+                    "relay.stall_after ({}) must be longer than relay.lease and relay.poll_interval ({}): a healthy cycle may take that long",
+                    human(s.relay.stall_after),
+                    human(least)
+                ));
+            }
+            Ok(())
+        },
+    },
+    Rule {
+        settings: &["relay.batch_size"],
+        check: |s| within(s.relay.batch_size, 1, 10_000),
+    },
+    Rule {
+        settings: &["relay.batch_bytes"],
+        check: |s| within(s.relay.batch_bytes, 1024, 1024 * 1024 * 1024),
+    },
+    Rule {
+        settings: &["relay.cluster_claims"],
+        check: |s| within(s.relay.cluster_claims, 0, 1024),
+    },
+    Rule {
+        settings: &["relay.workers"],
+        check: |s| within(s.relay.workers, 1, 32),
+    },
+    Rule {
+        settings: &["relay.poll_interval"],
+        check: |s| positive(s.relay.poll_interval),
+    },
+    Rule {
+        settings: &["relay.heartbeat_interval"],
+        check: |s| positive(s.relay.heartbeat_interval),
+    },
+    Rule {
+        settings: &["retention.interval"],
+        check: |s| positive(s.retention.interval),
+    },
+    Rule {
+        settings: &["retention.batch_size"],
+        check: |s| within(s.retention.batch_size, 1, 100_000),
+    },
+    Rule {
+        settings: &["instance_id"],
+        check: |s| match &s.instance_id {
+            Some(id) if id.is_empty() || id.len() > 255 => {
+                Err("must be 1 to 255 characters".into())
+            }
+            _ => Ok(()),
+        },
+    },
+];
+
+fn postgres_url(raw: &str) -> Result<(), String> {
+    let parsed = url::Url::parse(raw).map_err(|e| e.to_string())?;
+    if !matches!(parsed.scheme(), "postgres" | "postgresql") {
+        return Err(format!(
+            "scheme must be postgres:// or postgresql://, not {}://",
+            parsed.scheme()
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn only(key: &'static str) -> impl Fn(&str) -> bool {
+        move |k| k == key
+    }
+
+    #[test]
+    fn a_relation_is_reported_under_the_setting_the_user_gave() {
+        let mut s = Settings::default();
+        s.redis.timeout = Duration::from_secs(40);
+        let err = check(&s, &only("redis.timeout")).expect_err("timeout above lease");
+        assert_eq!(err.setting, "redis.timeout");
+        let err = check(&s, &only("relay.lease")).expect_err("timeout above lease");
+        assert_eq!(err.setting, "relay.lease");
+        assert!(err.message.contains("below 30s"), "{}", err.message);
+    }
+
+    #[test]
+    fn every_rule_holds_on_the_defaults() {
+        assert!(check(&Settings::default(), &|_| false).is_ok());
+    }
+
+    #[test]
+    fn ranges_say_what_works() {
+        let mut s = Settings::default();
+        s.relay.workers = 0;
+        let err = check(&s, &|_| true).expect_err("no workers");
+        assert_eq!(err.setting, "relay.workers");
+        assert_eq!(err.message, "must be 1..=32, not 0");
+    }
+}
