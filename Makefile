@@ -20,9 +20,12 @@ build: ## compile the binary (debug)
 demo: services ## run the product on local defaults: its own database, sample events, admin at http://127.0.0.1:8080
 	cargo run --quiet -- demo
 
+# The end-to-end tests inject faults through hooks compiled only with this feature.
+TEST_FEATURES := --features test-hooks
+
 test: services browser ## run every test against the local Postgres and Redis (UI tests in headless Chromium)
-	cargo build --all-targets
-	cargo test --no-fail-fast -- --test-threads=4
+	cargo build --all-targets $(TEST_FEATURES)
+	cargo test $(TEST_FEATURES) --no-fail-fast -- --test-threads=4
 
 test-ui: services browser ## only the web UI tests (tests/ui.rs)
 	cargo test --test ui
@@ -37,6 +40,7 @@ bench: services ## measure speed (release build): drain, latency, replicas, hot 
 lint: ## formatting and clippy, warnings as errors
 	cargo fmt --all -- --check
 	cargo clippy --all-targets -- -D warnings
+	cargo clippy --all-targets $(TEST_FEATURES) -- -D warnings
 
 fmt: ## format the code
 	cargo fmt --all

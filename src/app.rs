@@ -5,10 +5,12 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 
+use crate::admin::readiness::ReadinessCheck;
 use crate::admin::{self, AdminState};
 use crate::config::{ConfigError, Settings};
 use crate::db::{self, pool::Drivers, pool::SessionLimits};
 use crate::publish::{Publisher, PublisherConfig};
+use crate::relay::periodic::Periodic;
 use crate::relay::{self, health::Health};
 
 /// How long shutdown waits for the batch in hand.
@@ -83,6 +85,12 @@ pub async fn run_until(
         },
     );
     let health = Arc::new(Health::default());
+    let readiness = ReadinessCheck {
+        pool: admin_pool.clone(),
+        publisher: publisher.clone(),
+        health: health.clone(),
+    };
+    actix::Supervisor::start(move |_| Periodic::new(readiness));
     let metrics = crate::telemetry::install_metrics();
     if let Some(handle) = &metrics {
         crate::telemetry::spawn_upkeep(handle.clone());
@@ -98,6 +106,7 @@ pub async fn run_until(
         pool: admin_pool,
         publisher,
         health: health.clone(),
+        stall_after: settings.relay.stall_after,
         metrics,
         tokens: admin::auth::Tokens::from_settings(&settings.admin),
         throttle: Arc::new(admin::throttle::Throttle::new(
@@ -108,6 +117,16 @@ pub async fn run_until(
         heartbeat_interval: settings.relay.heartbeat_interval,
         published: Default::default(),
     };
+    // Known topics' counters are in the first scrape; if Postgres is not there yet, the
+    // backlog sampler registers them once it is.
+    let registered = tokio::time::timeout(Duration::from_secs(2), async {
+        let mut conn = state.pool.get().await.map_err(crate::db::DbError::from)?;
+        relay::stats::register_topics(&mut conn).await
+    })
+    .await;
+    if !matches!(registered, Ok(Ok(()))) {
+        tracing::debug!("topics not registered before the first scrape: Postgres not ready");
+    }
     let server =
         admin::serve(state, addr).with_context(|| format!("cannot listen on admin.addr {addr}"))?;
     let server_handle = server.handle();
@@ -118,14 +137,35 @@ pub async fn run_until(
         "outbox-relay running"
     );
 
-    stop.await;
+    let lost = tokio::select! {
+        () = stop => None,
+        actor = relay.lost() => Some(actor),
+    };
+    if let Some(actor) = lost {
+        crate::telemetry::actor_lost(actor);
+        health.set_lost(actor);
+    }
     tracing::info!("shutting down: draining the claim loop");
     health.set_stopping();
     relay.shutdown(DRAIN_DEADLINE).await;
     server_handle.stop(true).await;
     let _ = server_task.await;
     tracing::info!("stopped");
-    Ok(())
+    match lost {
+        Some(actor) => Err(ActorLost(actor).into()),
+        None => Ok(()),
+    }
+}
+
+/// An actor died where its supervisor could not restart it: the process ends with
+/// [`ActorLost::EXIT_CODE`] so that its orchestrator restarts it.
+#[derive(Debug, thiserror::Error)]
+#[error("the {0} actor died; exiting so that the replica is restarted")]
+pub struct ActorLost(pub &'static str);
+
+impl ActorLost {
+    /// `EX_SOFTWARE`: an internal error.
+    pub const EXIT_CODE: u8 = 70;
 }
 
 /// Resolves on SIGTERM or SIGINT.

@@ -2,10 +2,12 @@
 //!
 //! Map of the crate:
 //! - [`cli`], [`config`]: the command line and the layered, validated settings.
+//! - [`commands`]: what each command needs and runs.
 //! - [`app`]: wiring of pools, actors, admin server, signals, graceful shutdown.
 //! - [`db`]: the pool, embedded migrations, and all SQL, one module per table.
 //! - [`relay`]: the supervised actors: claimer, dispatchers, retry scheduler, cleaner,
-//!   heartbeat, listener; and the pure policies (backoff, ordering).
+//!   heartbeat, listener; the claim cycle in stages; the pure policies (backoff, ordering,
+//!   retry plan, settling outcomes); what a panic does (`relay::supervision`).
 //! - [`publish`]: the Redis Streams publisher (deduplicating Lua script, error verdicts).
 //! - [`admin`]: the HTTP server: health, metrics, API, UI.
 //! - [`producer`]: the Rust API to enqueue events in the caller's transaction.
@@ -17,6 +19,7 @@ pub mod admin;
 pub mod app;
 pub mod bench;
 pub mod cli;
+pub mod commands;
 pub mod config;
 pub mod db;
 pub mod demo;

@@ -1,16 +1,15 @@
 //! Telemetry as functions: each event of interest logs and counts in one place, so logs and
 //! metrics never drift apart. Metrics use the `metrics` facade with the Prometheus exporter
-//! (rendered by `/metrics`; no extra HTTP listener).
+//! (rendered by `/metrics`; no extra HTTP listener). The functions take plain values, so this
+//! module depends on no other part of the crate.
 
+use std::collections::HashMap;
+use std::fmt::Display;
 use std::time::Duration;
 
 use metrics::{counter, gauge, histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use uuid::Uuid;
-
-use crate::db::outbox::Backlog;
-use crate::db::DbError;
-use crate::relay::cycle::{CycleError, CycleReport};
 
 const LATENCY_BUCKETS: &[f64] = &[
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
@@ -21,8 +20,8 @@ const UPKEEP_EVERY: Duration = Duration::from_secs(5);
 
 /// Folds histogram samples into their buckets on a timer, on the actix system's runtime. The
 /// exporter keeps every sample until a scrape of `/metrics` renders it or upkeep runs, and
-/// `install_recorder` leaves upkeep to its caller: a relay nobody scraped grew by about 43 kB
-/// a second at 2,000 events/s (two samples per cycle and event), without bound.
+/// `install_recorder` leaves upkeep to its caller: without it, a relay nobody scrapes grows
+/// with every event it publishes.
 pub fn spawn_upkeep(handle: PrometheusHandle) {
     actix::spawn(async move {
         let mut tick = tokio::time::interval(UPKEEP_EVERY);
@@ -73,44 +72,78 @@ pub fn install_metrics() -> Option<PrometheusHandle> {
         "outbox_producers_quiet",
         "1 while this replica claims continuously and has asked producers not to NOTIFY"
     );
+    metrics::describe_counter!(
+        "outbox_actor_panics_total",
+        "Panics caught in an actor's work; the actor was restarted"
+    );
+    metrics::describe_counter!(
+        "outbox_outage_cycles_total",
+        "Claim cycles rolled back by an outage (no attempt consumed)"
+    );
+    // Every metric a dashboard or an absent() alert relies on is in the first scrape.
     gauge!("outbox_producers_quiet").set(0.0);
     gauge!("outbox_events_pending").set(0.0);
     gauge!("outbox_events_dead").set(0.0);
     gauge!("outbox_oldest_pending_age_seconds").set(0.0);
+    let _ = histogram!("outbox_publish_duration_seconds");
+    let _ = histogram!("outbox_event_latency_seconds");
+    counter!("outbox_outage_cycles_total").absolute(0);
     Some(handle)
 }
 
+/// A topic this replica knows of: its counters exist (at 0) before its first publish.
+pub fn topic_known(topic: &str) {
+    counter!("outbox_events_published_total", "topic" => topic.to_string()).increment(0);
+}
+
+/// What a committed claim cycle did, in plain values.
+#[derive(Debug)]
+pub struct CycleFigures<'a> {
+    /// Events locked.
+    pub claimed: usize,
+    /// From the first claim statement to commit.
+    pub elapsed: Duration,
+    /// Newly appended, per topic.
+    pub published: &'a HashMap<String, u64>,
+    /// Commit-to-stream latency of each newly appended event.
+    pub latencies: &'a [Duration],
+    /// Found in their stream already.
+    pub duplicates: usize,
+    /// Failed through their own fault.
+    pub failed: usize,
+    /// Left for a later cycle.
+    pub deferred: usize,
+}
+
 /// A claim cycle committed.
-pub fn cycle_done(report: &CycleReport) {
-    if report.claimed == 0 {
+pub fn cycle_done(cycle: &CycleFigures<'_>) {
+    if cycle.claimed == 0 {
         return;
     }
-    histogram!("outbox_publish_duration_seconds").record(report.elapsed.as_secs_f64());
-    let published: u64 = report.published.values().sum();
-    crate::relay::throughput::GLOBAL.record(published, 0);
-    for (topic, n) in &report.published {
+    histogram!("outbox_publish_duration_seconds").record(cycle.elapsed.as_secs_f64());
+    for (topic, n) in cycle.published {
         counter!("outbox_events_published_total", "topic" => topic.clone()).increment(*n);
     }
     // One registry lookup per cycle, not per event.
     let latency = histogram!("outbox_event_latency_seconds");
-    for at in &report.latencies {
+    for at in cycle.latencies {
         latency.record(at.as_secs_f64());
     }
-    if report.duplicates > 0 {
-        counter!("outbox_events_duplicate_total").increment(report.duplicates as u64);
+    if cycle.duplicates > 0 {
+        counter!("outbox_events_duplicate_total").increment(cycle.duplicates as u64);
     }
     tracing::debug!(
-        claimed = report.claimed,
-        failed = report.failed,
-        deferred = report.deferred,
-        duplicates = report.duplicates,
-        elapsed_ms = report.elapsed.as_millis() as u64,
+        claimed = cycle.claimed,
+        failed = cycle.failed,
+        deferred = cycle.deferred,
+        duplicates = cycle.duplicates,
+        elapsed_ms = cycle.elapsed.as_millis() as u64,
         "batch committed"
     );
 }
 
 /// A claim cycle rolled back (an outage: no attempt consumed).
-pub fn cycle_failed(error: &CycleError, streak: u32) {
+pub fn cycle_failed(error: &dyn Display, streak: u32) {
     counter!("outbox_outage_cycles_total").increment(1);
     if streak == 1 || streak.is_power_of_two() {
         tracing::warn!(streak, "claim cycle failed, backing off: {error}");
@@ -134,19 +167,17 @@ pub fn outage_over(streak: u32) {
 /// An event failed through its own fault and will be retried.
 pub fn event_failed(id: &Uuid, error: &str, delay: Duration) {
     counter!("outbox_events_failed_total").increment(1);
-    crate::relay::throughput::GLOBAL.record(0, 1);
     tracing::warn!(event = %id, retry_in_ms = delay.as_millis() as u64, "publish failed: {error}");
 }
 
 /// An event was dead-lettered.
 pub fn event_dead(id: &Uuid, error: &str) {
     counter!("outbox_events_dead_lettered_total").increment(1);
-    crate::relay::throughput::GLOBAL.record(0, 1);
     tracing::error!(event = %id, "event dead-lettered: {error}");
 }
 
 /// A maintenance job failed; it runs again on its next tick.
-pub fn job_failed(job: &'static str, error: &DbError) {
+pub fn job_failed(job: &'static str, error: &dyn Display) {
     counter!("outbox_job_failures_total", "job" => job).increment(1);
     tracing::warn!(job, "{error}");
 }
@@ -158,8 +189,27 @@ pub fn retention_deleted(rows: usize) {
 }
 
 /// A fresh backlog sample.
-pub fn backlog(b: &Backlog) {
-    gauge!("outbox_events_pending").set(b.pending as f64);
-    gauge!("outbox_events_dead").set(b.dead as f64);
-    gauge!("outbox_oldest_pending_age_seconds").set(b.oldest_pending_age_seconds);
+pub fn backlog(pending: i64, dead: i64, oldest_pending_age_seconds: f64) {
+    gauge!("outbox_events_pending").set(pending as f64);
+    gauge!("outbox_events_dead").set(dead as f64);
+    gauge!("outbox_oldest_pending_age_seconds").set(oldest_pending_age_seconds);
+}
+
+/// A panic was caught in an actor's work; the actor is restarted by its supervisor.
+pub fn actor_panicked(actor: &'static str, message: &str) {
+    counter!("outbox_actor_panics_total", "actor" => actor).increment(1);
+    tracing::error!(actor, "panic in actor, restarting it: {message}");
+}
+
+/// A supervised actor starts again after stopping.
+pub fn actor_restarting(actor: &'static str) {
+    tracing::warn!(actor, "actor restarting");
+}
+
+/// An actor is gone and nothing restarts it: the process exits so its orchestrator does.
+pub fn actor_lost(actor: &'static str) {
+    tracing::error!(
+        actor,
+        "actor died (a panic its supervisor cannot catch); exiting so the orchestrator restarts this replica"
+    );
 }

@@ -11,7 +11,7 @@ use diesel_async::SimpleAsyncConnection;
 use std::time::Duration;
 
 use outbox_relay::db::outbox::{take_claim_slot, BatchLimits, Slot};
-use outbox_relay::relay::cycle::claim_chains;
+use outbox_relay::relay::claim::claim_chains;
 
 /// Limits of `n` rows and no byte bound that matters.
 fn rows(n: i64) -> BatchLimits {

@@ -1,44 +1,37 @@
-//! `/healthz` (the process is up), `/readyz` (Postgres and Redis answer now, the last claim
-//! cycle succeeded, and the process is not stopping) and `/metrics` (Prometheus text format). Open to all, no token.
-
-use std::time::Duration;
+//! `/healthz` (the process relays: no actor lost, the claim loop not stalled), `/readyz`
+//! (Postgres and Redis answered the last background check, the last claim cycle succeeded, and
+//! the process is not stopping) and `/metrics` (Prometheus text format). Open to all, no token.
+//! Both probes answer from `Health` without waiting on any server.
 
 use actix_web::{web, HttpResponse};
-use diesel_async::RunQueryDsl;
 
 use super::AdminState;
+use crate::relay::health::Unhealthy;
 
-/// 200 while the process runs.
-pub async fn healthz() -> HttpResponse {
-    HttpResponse::Ok().json(serde_json::json!({"status": "ok"}))
-}
-
-async fn postgres_ok(state: &AdminState) -> bool {
-    let check = async {
-        let mut conn = state.pool.get().await.ok()?;
-        diesel::sql_query("SELECT 1").execute(&mut conn).await.ok()
-    };
-    matches!(
-        tokio::time::timeout(Duration::from_secs(2), check).await,
-        Ok(Some(_))
-    )
+/// 200 while the process relays; 503 when it should be restarted.
+pub async fn healthz(state: web::Data<AdminState>) -> HttpResponse {
+    match state.health.liveness(state.stall_after) {
+        Ok(()) => HttpResponse::Ok().json(serde_json::json!({"status": "ok"})),
+        Err(Unhealthy::Stalled {
+            silent_for,
+            pending,
+        }) => HttpResponse::ServiceUnavailable().json(serde_json::json!({
+            "status": "stalled",
+            "seconds_since_last_cycle": silent_for.as_secs(),
+            "pending": pending,
+        })),
+        Err(Unhealthy::ActorLost(actor)) => HttpResponse::ServiceUnavailable()
+            .json(serde_json::json!({"status": "actor lost", "actor": actor})),
+    }
 }
 
 /// 200 only while Postgres and Redis are reachable, else 503 with what is missing.
 pub async fn readyz(state: web::Data<AdminState>) -> HttpResponse {
-    let (postgres, redis) = futures::join!(postgres_ok(&state), state.publisher.ping());
-    let stopping = state.health.stopping();
-    let relay = state.health.relay_ok();
-    let body = serde_json::json!({
-        "postgres": postgres,
-        "redis": redis,
-        "relay": relay,
-        "stopping": stopping,
-    });
-    if postgres && redis && relay && !stopping {
-        HttpResponse::Ok().json(body)
+    let readiness = state.health.readiness();
+    if readiness.ready() {
+        HttpResponse::Ok().json(readiness)
     } else {
-        HttpResponse::ServiceUnavailable().json(body)
+        HttpResponse::ServiceUnavailable().json(readiness)
     }
 }
 

@@ -7,6 +7,7 @@ pub mod auth;
 pub mod caller;
 pub mod counts;
 pub mod health;
+pub mod readiness;
 pub mod throttle;
 pub mod ui;
 
@@ -30,10 +31,12 @@ use auth::Tokens;
 pub struct AdminState {
     /// The shared pool (reads only, plus steering writes).
     pub pool: Pool,
-    /// For the Redis readiness ping.
+    /// For stream inspection.
     pub publisher: Publisher,
-    /// Relay health flags.
+    /// Relay health flags, read by the probes.
     pub health: Arc<Health>,
+    /// `relay.stall_after`: `/healthz` fails when the claim loop is silent for longer.
+    pub stall_after: Duration,
     /// Renders `/metrics`.
     pub metrics: Option<PrometheusHandle>,
     /// The accepted tokens and their roles.

@@ -13,7 +13,7 @@ use futures::future::try_join_all;
 
 use super::harness::{self, BenchEnv, Drain, Scratch, Shape, Usage};
 use crate::db::{outbox, DbError};
-use crate::relay::cycle::claim_chains;
+use crate::relay::claim::claim_chains;
 
 #[derive(QueryableByName)]
 struct SeedRow {

@@ -154,3 +154,27 @@ async fn write_paused(c: &mut AsyncPgConnection, topic: &str, paused: bool) -> R
     }
     Ok(())
 }
+
+/// Every topic with events or settings: a skip scan of the `(topic, seq)` index (one probe per
+/// topic, however many rows each has) plus the topics' settings rows.
+pub async fn known(conn: &mut AsyncPgConnection) -> Result<Vec<String>, DbError> {
+    #[derive(QueryableByName)]
+    struct Topic {
+        #[diesel(sql_type = Text)]
+        topic: String,
+    }
+    let rows: Vec<Topic> = diesel::sql_query(
+        "WITH RECURSIVE t(topic) AS (
+           (SELECT topic FROM outbox ORDER BY topic LIMIT 1)
+           UNION ALL
+           SELECT (SELECT o.topic FROM outbox o WHERE o.topic > t.topic ORDER BY o.topic LIMIT 1)
+           FROM t WHERE t.topic IS NOT NULL
+         )
+         SELECT topic FROM t WHERE topic IS NOT NULL
+         UNION
+         SELECT topic FROM outbox_topics",
+    )
+    .load(conn)
+    .await?;
+    Ok(rows.into_iter().map(|r| r.topic).collect())
+}

@@ -9,7 +9,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix::{
-    Actor, ActorFutureExt, AsyncContext, Context, Handler, ResponseFuture, Supervised, WrapFuture,
+    Actor, ActorContext, ActorFutureExt, AsyncContext, Context, Handler, Recipient, ResponseFuture,
+    Supervised, WrapFuture,
 };
 use rand::Rng;
 use tokio::sync::oneshot;
@@ -17,55 +18,89 @@ use tokio::sync::oneshot;
 use super::backoff;
 use super::cycle::{run_once, CycleDeps, CycleError, CycleReport};
 use super::health::Health;
-use super::messages::{Drain, Wake};
+use super::messages::{Drain, RetryDue, Wake};
 use super::quiet::{self, Quiet};
+use super::supervision::{catching, Panicked};
+use super::throughput::Throughput;
+
+/// What the claimer is doing, as far as starting cycles goes.
+#[derive(Debug)]
+enum Mode {
+    /// Cycles start on wakes; `again` asks for one more look once the running cycles end (a
+    /// wake came while they ran, and they may have scanned before its work committed).
+    Running { again: bool },
+    /// After an outage: no cycle starts until the pause ends.
+    BackingOff,
+    /// Shutting down: no cycle starts; these wait for the running ones to end.
+    Draining(Vec<oneshot::Sender<()>>),
+}
+
+/// Whether producers are asked not to NOTIFY (see `quiet`): whether the fast-poll loop runs,
+/// and whether an announcement is being written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Producers {
+    /// They notify; the claimer waits for wakes.
+    Notifying,
+    /// An announcement is being written; the fast-poll loop starts when it lands.
+    Announcing,
+    /// They are quiet; the fast-poll loop runs.
+    Quiet,
+    /// Quiet, and a renewal is being written.
+    Renewing,
+}
 
 /// Claims and publishes batches.
 pub struct Claimer {
     deps: CycleDeps,
     health: Arc<Health>,
+    throughput: Arc<Throughput>,
+    retry: Recipient<RetryDue>,
     poll_interval: Duration,
     workers: usize,
     in_flight: usize,
-    wake_pending: bool,
-    draining: bool,
-    drained: Vec<oneshot::Sender<()>>,
+    mode: Mode,
+    producers: Producers,
     outage_streak: u32,
-    backing_off: bool,
     quiet: Quiet,
-    announcing: bool,
-    fast_polling: bool,
     slots_full_until: Option<Instant>,
 }
 
 /// How long a replica whose cycle found every claim slot held runs one cycle at a time.
 const SLOTS_FULL_FOR: Duration = Duration::from_secs(1);
 
+/// What the claimer is given at start.
+pub struct ClaimerConfig {
+    /// `relay.poll_interval`: it looks for work at least this often.
+    pub poll_interval: Duration,
+    /// `relay.workers`: claim transactions it runs at once while there is a backlog (they
+    /// skip each other's locked rows like separate replicas do).
+    pub workers: usize,
+    /// `relay.quiet_above`: producers' NOTIFY is quieted while events arrive faster.
+    pub quiet_above: u32,
+}
+
 impl Claimer {
-    /// A claimer that polls at least every `poll_interval` and runs up to `workers` claim
-    /// transactions at once (they skip each other's locked rows like separate replicas do),
-    /// and quiets producers' NOTIFY while events arrive faster than `quiet_above` per second.
+    /// A claimer running cycles with `deps`, reporting to `health` and `throughput`, and
+    /// telling `retry` when retries it scheduled come due.
     pub fn new(
         deps: CycleDeps,
         health: Arc<Health>,
-        poll_interval: Duration,
-        workers: usize,
-        quiet_above: u32,
+        throughput: Arc<Throughput>,
+        retry: Recipient<RetryDue>,
+        config: ClaimerConfig,
     ) -> Self {
         Claimer {
             deps,
             health,
-            poll_interval,
-            workers: workers.max(1),
+            throughput,
+            retry,
+            poll_interval: config.poll_interval,
+            workers: config.workers.max(1),
             in_flight: 0,
-            wake_pending: false,
-            draining: false,
-            drained: Vec::new(),
+            mode: Mode::Running { again: false },
+            producers: Producers::Notifying,
             outage_streak: 0,
-            backing_off: false,
-            quiet: Quiet::new(quiet_above, Instant::now()),
-            announcing: false,
-            fast_polling: false,
+            quiet: Quiet::new(config.quiet_above, Instant::now()),
             slots_full_until: None,
         }
     }
@@ -81,10 +116,11 @@ impl Claimer {
 
     /// Writes the announcement that quiets producers (see `quiet`), one write at a time.
     fn announce(&mut self, ctx: &mut Context<Self>) {
-        if self.announcing {
-            return;
-        }
-        self.announcing = true;
+        self.producers = match self.producers {
+            Producers::Notifying => Producers::Announcing,
+            Producers::Quiet => Producers::Renewing,
+            Producers::Announcing | Producers::Renewing => return,
+        };
         let pool = self.deps.pool.clone();
         let write = async move {
             let mut conn = pool.get().await.map_err(crate::db::DbError::from)?;
@@ -92,18 +128,25 @@ impl Claimer {
         }
         .into_actor(self)
         .map(|result, act, ctx| {
-            act.announcing = false;
+            let was_quiet = act.producers == Producers::Renewing;
             match result {
                 Ok(()) => {
                     act.quiet.announced(Instant::now());
-                    if !act.fast_polling {
-                        act.fast_polling = true;
+                    act.producers = Producers::Quiet;
+                    if !was_quiet {
                         crate::telemetry::producers_quiet(true);
                         act.fast_poll(ctx);
                     }
                 }
                 // Producers keep notifying: nothing is late, only their commits are slower.
-                Err(error) => tracing::debug!("could not quiet producers: {error}"),
+                Err(error) => {
+                    tracing::debug!("could not quiet producers: {error}");
+                    act.producers = if was_quiet {
+                        Producers::Quiet
+                    } else {
+                        Producers::Notifying
+                    };
+                }
             }
         });
         ctx.spawn(write);
@@ -112,13 +155,16 @@ impl Claimer {
     /// While producers may not notify, look for work every `FAST_POLL`.
     fn fast_poll(&mut self, ctx: &mut Context<Self>) {
         if !self.quiet.polling_fast(Instant::now()) {
-            self.fast_polling = false;
+            self.producers = match self.producers {
+                // A renewal in flight starts the loop again when it lands.
+                Producers::Renewing | Producers::Announcing => Producers::Announcing,
+                Producers::Quiet | Producers::Notifying => Producers::Notifying,
+            };
             crate::telemetry::producers_quiet(false);
             return;
         }
         // Only when idle: a running cycle that finds work starts the next one itself, and a
-        // second cycle started beside it would only compete for the same keys (a hot key's
-        // drain lost a quarter of its speed to that).
+        // second cycle started beside it would only compete for the same keys.
         if self.in_flight == 0 {
             self.wake(ctx);
         }
@@ -127,18 +173,18 @@ impl Claimer {
 
     /// Something may be waiting (a notification, the poll timer, a retry coming due).
     fn wake(&mut self, ctx: &mut Context<Self>) {
-        if self.draining {
+        let Mode::Running { again } = &mut self.mode else {
+            // Backing off: the pause's end looks again. Draining: nothing more starts.
             return;
-        }
-        if self.backing_off || self.in_flight > 0 {
+        };
+        if self.in_flight > 0 {
             // The running cycle may have scanned before this work committed, or it holds
             // the key head the new work queues behind: look again when it ends.
-            self.wake_pending = true;
+            *again = true;
         }
-        if !self.backing_off && self.in_flight < self.concurrency() {
+        if self.in_flight < self.concurrency() {
             // Start now rather than after the running cycle's publish and commit: new work
-            // is not held by it, and SKIP LOCKED keeps the two apart (commit-to-stream
-            // latency is about one cycle shorter at steady rates).
+            // is not held by it, and SKIP LOCKED keeps the two apart.
             self.start_cycle(ctx);
         }
     }
@@ -146,75 +192,109 @@ impl Claimer {
     fn start_cycle(&mut self, ctx: &mut Context<Self>) {
         self.in_flight += 1;
         let deps = self.deps.clone();
-        let cycle = async move { run_once(&deps).await }
+        let cycle = async move { catching("claimer", run_once(&deps)).await }
             .into_actor(self)
-            .map(|result, act, ctx| act.after_cycle(result, ctx));
+            .map(|result, act, ctx| match result {
+                Ok(result) => act.after_cycle(result, ctx),
+                // Its supervisor restarts it with fresh state; the transaction was dropped
+                // with the cycle, so its row locks are released.
+                Err(Panicked) => ctx.stop(),
+            });
         ctx.spawn(cycle);
     }
 
     fn after_cycle(&mut self, result: Result<CycleReport, CycleError>, ctx: &mut Context<Self>) {
+        super::faults::panic_at("claimer-panic");
         self.in_flight = self.in_flight.saturating_sub(1);
+        self.health.cycle_ended(result.is_ok());
         let mut backlog = false;
         let mut progressed = false;
         match result {
             Ok(report) => {
-                if self.outage_streak > 0 {
-                    crate::telemetry::outage_over(self.outage_streak);
-                }
-                self.outage_streak = 0;
-                self.health.set_relay_ok(true);
-                crate::telemetry::cycle_done(&report);
+                self.cycle_committed(&report, ctx);
                 backlog = report.full;
                 progressed = report.claimed > 0;
-                if report.no_slot {
-                    self.slots_full_until = Some(Instant::now() + SLOTS_FULL_FOR);
-                }
-                if self.quiet.record(report.max_seq, Instant::now()) {
-                    self.announce(ctx);
-                }
             }
             Err(error) => {
                 self.outage_streak = self.outage_streak.saturating_add(1);
-                self.health.set_relay_ok(false);
                 crate::telemetry::cycle_failed(&error, self.outage_streak);
-                let pause = backoff::outage_pause(self.outage_streak, rand::rng().random());
-                self.backing_off = true;
-                self.wake_pending = true;
-                ctx.run_later(pause, |act, ctx| {
-                    act.backing_off = false;
-                    act.wake_pending = false;
-                    act.wake(ctx);
-                });
-            }
-        }
-        if self.draining {
-            if self.in_flight == 0 {
-                for done in self.drained.drain(..) {
-                    let _ = done.send(());
+                if matches!(self.mode, Mode::Running { .. }) {
+                    self.mode = Mode::BackingOff;
+                    let pause = backoff::outage_pause(self.outage_streak, rand::rng().random());
+                    ctx.run_later(pause, |act, ctx| {
+                        if matches!(act.mode, Mode::BackingOff) {
+                            act.mode = Mode::Running { again: false };
+                            act.wake(ctx);
+                        }
+                    });
                 }
             }
-            return;
         }
-        if self.backing_off {
-            return;
-        }
+        let again = match &mut self.mode {
+            Mode::Draining(waiters) => {
+                if self.in_flight == 0 {
+                    for done in waiters.drain(..) {
+                        let _ = done.send(());
+                    }
+                }
+                return;
+            }
+            Mode::BackingOff => return,
+            Mode::Running { again } => again,
+        };
         if backlog {
             // A full batch means a backlog: run every worker until batches come back short.
             while self.in_flight < self.concurrency() {
                 self.start_cycle(ctx);
             }
-        } else if progressed || self.wake_pending {
+        } else if progressed || *again {
             // It found work (or was woken meanwhile): more may be waiting behind what it
             // held, such as the next events of its keys. Look again until a cycle finds none,
             // one follow-up at a time: without a full batch there is no backlog to share,
             // and a second claimer behind a hot key would only rescan what the first holds.
             // While another cycle runs, the follow-up waits for it (it may hold those keys).
             if self.in_flight == 0 {
-                self.wake_pending = false;
+                *again = false;
                 self.start_cycle(ctx);
             } else {
-                self.wake_pending = true;
+                *again = true;
             }
+        }
+    }
+
+    /// Reports a committed cycle: telemetry, throughput, retries due, quieting producers.
+    fn cycle_committed(&mut self, report: &CycleReport, ctx: &mut Context<Self>) {
+        if self.outage_streak > 0 {
+            crate::telemetry::outage_over(self.outage_streak);
+        }
+        self.outage_streak = 0;
+        crate::telemetry::cycle_done(&crate::telemetry::CycleFigures {
+            claimed: report.claimed,
+            elapsed: report.elapsed,
+            published: &report.published,
+            latencies: &report.latencies,
+            duplicates: report.duplicates,
+            failed: report.failures.len(),
+            deferred: report.deferred,
+        });
+        for failure in &report.failures {
+            if failure.dead {
+                crate::telemetry::event_dead(&failure.id, &failure.error);
+            } else {
+                let delay = Duration::from_millis(u64::try_from(failure.delay_ms).unwrap_or(0));
+                crate::telemetry::event_failed(&failure.id, &failure.error, delay);
+            }
+        }
+        self.throughput
+            .record(report.published_total(), report.failures.len() as u64);
+        if let Some(after) = report.next_retry() {
+            self.retry.do_send(RetryDue { after });
+        }
+        if report.no_slot {
+            self.slots_full_until = Some(Instant::now() + SLOTS_FULL_FOR);
+        }
+        if self.quiet.record(report.max_seq, Instant::now()) {
+            self.announce(ctx);
         }
     }
 }
@@ -230,11 +310,15 @@ impl Actor for Claimer {
 
 impl Supervised for Claimer {
     fn restarting(&mut self, _: &mut Context<Self>) {
-        tracing::warn!("claimer restarting");
+        crate::telemetry::actor_restarting("claimer");
         self.in_flight = 0;
-        self.backing_off = false;
-        self.announcing = false;
-        self.fast_polling = false;
+        if !matches!(self.mode, Mode::Draining(_)) {
+            self.mode = Mode::Running { again: false };
+        }
+        if self.producers != Producers::Notifying {
+            crate::telemetry::producers_quiet(false);
+        }
+        self.producers = Producers::Notifying;
     }
 }
 
@@ -250,14 +334,22 @@ impl Handler<Drain> for Claimer {
     type Result = ResponseFuture<()>;
 
     fn handle(&mut self, _: Drain, _: &mut Context<Self>) -> Self::Result {
-        self.draining = true;
-        if self.in_flight == 0 {
-            return Box::pin(async {});
-        }
-        let (tx, rx) = oneshot::channel();
-        self.drained.push(tx);
+        let mut waiters = match std::mem::replace(&mut self.mode, Mode::Draining(Vec::new())) {
+            Mode::Draining(waiters) => waiters,
+            Mode::Running { .. } | Mode::BackingOff => Vec::new(),
+        };
+        let answer = if self.in_flight == 0 {
+            None
+        } else {
+            let (tx, rx) = oneshot::channel();
+            waiters.push(tx);
+            Some(rx)
+        };
+        self.mode = Mode::Draining(waiters);
         Box::pin(async move {
-            let _ = rx.await;
+            if let Some(rx) = answer {
+                let _ = rx.await;
+            }
         })
     }
 }

@@ -7,10 +7,14 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use actix::{Actor, Addr, AsyncContext, Context, Handler, ResponseFuture, Supervised, Supervisor};
+use actix::{
+    Actor, ActorContext, ActorFutureExt, Addr, AsyncContext, Context, Handler, ResponseActFuture,
+    Supervised, Supervisor, WrapFuture,
+};
 use uuid::Uuid;
 
 use super::messages::Publish;
+use super::supervision::{catching, Panicked};
 use crate::publish::{keys, Outcome, PublishError, Publisher};
 
 /// Publishes one topic.
@@ -23,6 +27,7 @@ impl Actor for Dispatcher {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
+        crate::telemetry::topic_known(&self.topic);
         let every = keys::sweep_every(self.publisher.config().dedup_window);
         ctx.run_interval(every, |me, _| {
             let publisher = me.publisher.clone();
@@ -42,16 +47,31 @@ impl Actor for Dispatcher {
 impl Supervised for Dispatcher {
     fn restarting(&mut self, _: &mut Context<Self>) {
         tracing::warn!(topic = %self.topic, "dispatcher restarting");
+        crate::telemetry::actor_restarting("dispatcher");
     }
 }
 
 impl Handler<Publish> for Dispatcher {
-    type Result = ResponseFuture<Result<Vec<(Uuid, Outcome)>, PublishError>>;
+    type Result = ResponseActFuture<Self, Result<Vec<(Uuid, Outcome)>, PublishError>>;
 
     fn handle(&mut self, msg: Publish, _: &mut Context<Self>) -> Self::Result {
         let publisher = self.publisher.clone();
         let topic = self.topic.clone();
-        Box::pin(async move { publisher.publish(&topic, &msg.chains, msg.maxlen).await })
+        let publish = async move { publisher.publish(&topic, &msg.chains, msg.maxlen).await };
+        Box::pin(
+            catching("dispatcher", publish)
+                .into_actor(self)
+                .map(|result, act, ctx| {
+                    result.unwrap_or_else(|Panicked| {
+                        // Restarted by its supervisor; the cycle rolls back as after an outage.
+                        ctx.stop();
+                        Err(PublishError::Outage(format!(
+                            "the dispatcher of {} panicked",
+                            act.topic
+                        )))
+                    })
+                }),
+        )
     }
 }
 

@@ -1,5 +1,5 @@
 //! Heartbeats: each replica upserts its row in `outbox_replicas` so the admin can list the
-//! replicas alive now, with this replica's throughput (`throughput::GLOBAL`); rows silent
+//! replicas alive now, with this replica's throughput (the claimer's counts); rows silent
 //! for ten intervals are pruned by whoever beats next.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -11,6 +11,7 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 
 use super::periodic::Job;
+use super::throughput::Throughput;
 use crate::db::{replicas, DbError, Pool};
 
 /// This replica's identity and pool.
@@ -26,6 +27,8 @@ pub struct Heartbeat {
     pub interval: Duration,
     /// Set at shutdown, so a late tick does not write the row back after `leave`.
     pub leaving: Arc<AtomicBool>,
+    /// This replica's counts of published and failed events.
+    pub throughput: Arc<Throughput>,
 }
 
 impl Heartbeat {
@@ -56,7 +59,7 @@ impl Job for Heartbeat {
             }
             let mut conn = me.pool.get().await?;
             replicas::beat(&mut conn, &me.instance_id, crate::VERSION, me.started_at).await?;
-            let ring = &super::throughput::GLOBAL;
+            let ring = &me.throughput;
             let last_minute = i64::try_from(ring.published_last_minute()).unwrap_or(i64::MAX);
             let minutes = serde_json::to_value(ring.minutes()).unwrap_or_default();
             replicas::report_throughput(&mut conn, &me.instance_id, last_minute, &minutes).await?;

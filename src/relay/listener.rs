@@ -62,7 +62,12 @@ impl Actor for Listener {
 
     fn started(&mut self, ctx: &mut Context<Self>) {
         let run = listen(self.url.clone(), self.limits, self.claimer.clone());
-        ctx.spawn(run.into_actor(self).map(|error, act, ctx| {
+        let run = super::supervision::catching("listener", run);
+        ctx.spawn(run.into_actor(self).map(|result, act, ctx| {
+            let Ok(error) = result else {
+                ctx.stop();
+                return;
+            };
             act.failures = act.failures.saturating_add(1);
             crate::telemetry::job_failed("listener", &error);
             let pause = super::backoff::outage_pause(act.failures, 0.5);

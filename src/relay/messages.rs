@@ -3,7 +3,6 @@
 use actix::Message;
 use uuid::Uuid;
 
-use crate::db::outbox::Failure;
 use crate::publish::{Outcome, PublishError, StreamEvent};
 
 /// "There may be work": sent by the listener on NOTIFY, by the poll timer, and by the retry
@@ -28,7 +27,7 @@ pub struct Publish {
     pub maxlen: Option<u64>,
 }
 
-/// An event that failed through its own fault, for the retry scheduler to decide on.
+/// An event that failed through its own fault, for the retry policy to decide on.
 #[derive(Debug, Clone)]
 pub struct Fault {
     /// The event.
@@ -39,10 +38,10 @@ pub struct Fault {
     pub error: String,
 }
 
-/// Asks the retry scheduler what to write for failed events (delay or dead).
-#[derive(Debug, Clone, Message)]
-#[rtype(result = "Vec<Failure>")]
-pub struct PlanRetries {
-    /// The failures of one batch.
-    pub faults: Vec<Fault>,
+/// Tells the retry scheduler that a retry was scheduled (committed) to come due after this.
+#[derive(Debug, Clone, Copy, Message)]
+#[rtype(result = "()")]
+pub struct RetryDue {
+    /// From now.
+    pub after: std::time::Duration,
 }

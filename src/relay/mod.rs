@@ -3,17 +3,21 @@
 //! ```text
 //!  NOTIFY ──► listener ──Wake──► claimer ──Publish──► dispatcher (one per topic) ──► Redis
 //!  timer  ───────────────Wake──►    │  ◄──outcomes──┘
-//!  retry scheduler ─────Wake──►     └──PlanRetries──► retry scheduler
+//!  retry scheduler ◄──RetryDue──────┘  (──Wake──► claimer when a retry comes due)
 //!  cleaner, heartbeat, backlog sampler: periodic jobs on their own timers
 //! ```
-//! Every actor runs under an actix `Supervisor`: one that stops is restarted on its own,
-//! without touching the others or the process.
+//! Every actor runs under an actix `Supervisor`: one that stops, or panics in its work, is
+//! restarted on its own, without touching the others or the process (see `supervision`).
+//! A cycle is `cycle::run_once`: claim (`claim`), group and settle (`settle`, pure), publish
+//! (the dispatchers), apply the retry policy (`retry`), commit.
 
 pub mod backoff;
+pub mod claim;
 pub mod claimer;
 pub mod cleaner;
 pub mod cycle;
 pub mod dispatcher;
+pub mod faults;
 pub mod health;
 pub mod heartbeat;
 pub mod listener;
@@ -23,12 +27,14 @@ pub mod overlap;
 pub mod periodic;
 pub mod quiet;
 pub mod retry;
+pub mod settle;
 pub mod sizing;
 pub mod slots;
 pub mod stats;
+pub mod supervision;
 pub mod throughput;
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use actix::{Addr, Supervisor};
@@ -38,7 +44,7 @@ use crate::config::Settings;
 use crate::db::pool::SessionLimits;
 use crate::db::Pool;
 use crate::publish::Publisher;
-use claimer::Claimer;
+use claimer::{Claimer, ClaimerConfig};
 use cleaner::Cleaner;
 use cycle::CycleDeps;
 use dispatcher::Dispatchers;
@@ -48,11 +54,14 @@ use listener::Listener;
 use periodic::Periodic;
 use retry::RetryScheduler;
 use stats::BacklogSampler;
+use supervision::Watched;
+use throughput::Throughput;
 
-/// What the running relay hands back, to stop it.
+/// What the running relay hands back, to watch and stop it.
 pub struct RelayHandle {
     claimer: Addr<Claimer>,
     heartbeat: Heartbeat,
+    watched: Watched,
 }
 
 /// Starts every actor. Must be called inside the actix system.
@@ -63,41 +72,53 @@ pub fn start(
     publisher: Publisher,
     health: Arc<Health>,
 ) -> RelayHandle {
-    let dispatchers = Dispatchers::new(publisher);
-    let retry_settings = settings.retry.clone();
-    let limits = crate::db::outbox::BatchLimits {
-        rows: i64::from(settings.relay.batch_size),
-        bytes: settings.relay.batch_bytes as i64,
+    let mut watched = Watched::default();
+    let throughput = Arc::new(Throughput::new());
+    let deps = CycleDeps {
+        pool: pool.clone(),
+        dispatchers: Dispatchers::new(publisher),
+        retry: settings.retry.clone(),
+        limits: crate::db::outbox::BatchLimits {
+            rows: i64::from(settings.relay.batch_size),
+            bytes: i64::try_from(settings.relay.batch_bytes).unwrap_or(i64::MAX),
+        },
+        size_hint: sizing::SizeHint::default(),
+        delete_on_publish: settings.delete_on_publish(),
+        overlap: overlap::Overlap::new(settings.relay.overlap_mark),
+        slots: slots::SlotGate::new(settings.relay.cluster_claims as i32),
     };
-    let delete_on_publish = settings.delete_on_publish();
-    let poll_interval = settings.relay.poll_interval;
-    let workers = settings.relay.workers as usize;
-    let overlap_mark = settings.relay.overlap_mark;
-    let quiet_above = settings.relay.quiet_above;
-    let cluster_claims = settings.relay.cluster_claims as i32;
-    let claimer_pool = pool.clone();
+    let config = ClaimerConfig {
+        poll_interval: settings.relay.poll_interval,
+        workers: settings.relay.workers as usize,
+        quiet_above: settings.relay.quiet_above,
+    };
+    // The scheduler wakes the claimer and the claimer tells the scheduler: the claimer's
+    // address exists once its context does, so the scheduler starts inside its factory.
+    let retry_addr: Arc<Mutex<Option<Addr<RetryScheduler>>>> = Arc::default();
+    let retry_slot = retry_addr.clone();
+    let cycle_health = health.clone();
+    let claim_throughput = throughput.clone();
     let claimer = Supervisor::start(move |ctx: &mut actix::Context<Claimer>| {
         let me = actix::AsyncContext::address(ctx).recipient();
-        let retry = Supervisor::start(move |_| RetryScheduler::new(retry_settings, me));
-        let deps = CycleDeps {
-            pool: claimer_pool,
-            dispatchers,
-            retry,
-            limits,
-            size_hint: sizing::SizeHint::default(),
-            delete_on_publish,
-            overlap: overlap::Overlap::new(overlap_mark),
-            slots: slots::SlotGate::new(cluster_claims),
-        };
-        Claimer::new(deps, health, poll_interval, workers, quiet_above)
+        let retry = Supervisor::start(move |_| RetryScheduler::new(me));
+        let recipient = retry.clone().recipient();
+        if let Ok(mut slot) = retry_slot.lock() {
+            *slot = Some(retry);
+        }
+        Claimer::new(deps, cycle_health, claim_throughput, recipient, config)
     });
+    watched.add("claimer", &claimer);
+    if let Some(retry) = retry_addr.lock().ok().and_then(|mut slot| slot.take()) {
+        watched.add("retry scheduler", &retry);
+    }
     if !settings.relay.poll_only {
         let limits = SessionLimits {
             lease: settings.relay.lease,
         };
         let url = database_url.to_string();
         let wake = claimer.clone().recipient();
-        Supervisor::start(move |_| Listener::new(url, limits, wake));
+        let listener = Supervisor::start(move |_| Listener::new(url, limits, wake));
+        watched.add("listener", &listener);
     }
     let cleaner = Cleaner {
         pool: pool.clone(),
@@ -105,28 +126,48 @@ pub fn start(
         interval: settings.retention.interval,
         batch_size: settings.retention.batch_size,
     };
-    Supervisor::start(move |_| Periodic::new(cleaner));
+    watched.add(
+        "cleaner",
+        &Supervisor::start(move |_| Periodic::new(cleaner)),
+    );
     let heartbeat = Heartbeat {
         pool: pool.clone(),
         instance_id: settings.instance_id(),
         started_at: Utc::now(),
         interval: settings.relay.heartbeat_interval,
         leaving: Arc::default(),
+        throughput,
     };
     let beat = heartbeat.clone();
-    Supervisor::start(move |_| Periodic::new(beat));
+    watched.add(
+        "heartbeat",
+        &Supervisor::start(move |_| Periodic::new(beat)),
+    );
     let sampler = BacklogSampler {
         pool,
         interval: Duration::from_secs(5),
+        health,
     };
-    Supervisor::start(move |_| Periodic::new(sampler));
-    RelayHandle { claimer, heartbeat }
+    watched.add(
+        "backlog sampler",
+        &Supervisor::start(move |_| Periodic::new(sampler)),
+    );
+    RelayHandle {
+        claimer,
+        heartbeat,
+        watched,
+    }
 }
 
 impl RelayHandle {
     /// Wakes the claimer: for the admin server, after a retry or a resume.
     pub fn waker(&self) -> actix::Recipient<messages::Wake> {
         self.claimer.clone().recipient()
+    }
+
+    /// Resolves with the name of the first actor found gone for good (see `supervision`).
+    pub async fn lost(&self) -> &'static str {
+        self.watched.first_lost(Duration::from_secs(1)).await
     }
 
     /// Stops claiming and waits (at most `deadline`) for the batch in hand to commit or roll

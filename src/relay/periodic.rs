@@ -2,11 +2,12 @@
 //!
 //! The retention cleaner, the heartbeat and the backlog sampler are each a [`Job`]: a config
 //! and a `run_once` returning a result. The actor only schedules; a failed run is logged and
-//! counted and the next tick tries again, so an outage never turns into a restart loop.
+//! counted and the next tick tries again, so an outage never turns into a restart loop; a
+//! panic in a run restarts the actor (see `supervision`).
 
 use std::time::Duration;
 
-use actix::{Actor, ActorFutureExt, AsyncContext, Context, Supervised, WrapFuture};
+use actix::{Actor, ActorContext, ActorFutureExt, AsyncContext, Context, Supervised, WrapFuture};
 use futures::future::BoxFuture;
 
 use crate::db::DbError;
@@ -41,11 +42,14 @@ impl<J: Job> Periodic<J> {
             return;
         }
         self.running = true;
-        let run = self.job.run_once();
-        ctx.spawn(run.into_actor(self).map(|result, act, _| {
+        let run = super::supervision::catching(J::NAME, self.job.run_once());
+        ctx.spawn(run.into_actor(self).map(|result, act, ctx| {
             act.running = false;
-            if let Err(error) = result {
-                crate::telemetry::job_failed(J::NAME, &error);
+            match result {
+                Ok(Ok(())) => {}
+                Ok(Err(error)) => crate::telemetry::job_failed(J::NAME, &error),
+                // Its supervisor restarts it.
+                Err(_) => ctx.stop(),
             }
         }));
     }
@@ -62,6 +66,7 @@ impl<J: Job> Actor for Periodic<J> {
 
 impl<J: Job> Supervised for Periodic<J> {
     fn restarting(&mut self, _: &mut Context<Self>) {
+        crate::telemetry::actor_restarting(J::NAME);
         self.running = false;
     }
 }

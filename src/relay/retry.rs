@@ -1,38 +1,20 @@
-//! The retry scheduler: decides, for each event that failed through its own fault, when it is
-//! tried again (exponential backoff with jitter) or that it is dead; and wakes the claimer
-//! when the earliest retry it scheduled comes due, so a retry does not wait for the poll.
+//! The retry policy and the retry scheduler.
+//!
+//! The policy is pure: for each event that failed through its own fault, when it is tried again
+//! (exponential backoff with jitter) or that it is dead. The claim cycle applies it in its own
+//! transaction, with no actor round trip while the transaction is open. The scheduler actor only
+//! wakes the claimer when the earliest retry comes due, so a retry does not wait for the poll.
 
 use std::time::{Duration, Instant};
 
-use actix::{
-    Actor, AsyncContext, Context, Handler, MessageResult, Recipient, SpawnHandle, Supervised,
-};
-use rand::Rng;
+use actix::{Actor, AsyncContext, Context, Handler, Recipient, SpawnHandle, Supervised};
 
 use super::backoff;
-use super::messages::{PlanRetries, Wake};
+use super::messages::{Fault, RetryDue, Wake};
 use crate::config::RetrySettings;
 use crate::db::outbox::Failure;
 
-/// Plans retries and dead letters.
-pub struct RetryScheduler {
-    settings: RetrySettings,
-    claimer: Recipient<Wake>,
-    next_wake: Option<(Instant, SpawnHandle)>,
-}
-
-impl RetryScheduler {
-    /// A scheduler that wakes `claimer` when retries come due.
-    pub fn new(settings: RetrySettings, claimer: Recipient<Wake>) -> Self {
-        RetryScheduler {
-            settings,
-            claimer,
-            next_wake: None,
-        }
-    }
-}
-
-/// The decision for one failure: pure, given the random draw.
+/// The decision for one failure, given the random draw in `[0, 1)`: dead, or the delay.
 pub fn plan(settings: &RetrySettings, attempts_before: i32, unit: f64) -> (bool, Duration) {
     let attempts = u32::try_from(attempts_before.max(0))
         .unwrap_or(0)
@@ -46,6 +28,46 @@ pub fn plan(settings: &RetrySettings, attempts_before: i32, unit: f64) -> (bool,
     )
 }
 
+/// What to write for each fault of a batch; `draw` gives each one's jitter.
+pub fn plan_all(
+    settings: &RetrySettings,
+    faults: Vec<Fault>,
+    mut draw: impl FnMut() -> f64,
+) -> Vec<Failure> {
+    faults
+        .into_iter()
+        .map(|fault| {
+            let (dead, delay) = plan(settings, fault.attempts, draw());
+            Failure {
+                id: fault.id,
+                error: fault.error,
+                delay_ms: i64::try_from(delay.as_millis()).unwrap_or(i64::MAX),
+                dead,
+            }
+        })
+        .collect()
+}
+
+/// A little after the due time: the row's `available_at` is set by Postgres' clock when the
+/// batch commits, a moment after the plan.
+const DUE_SLACK: Duration = Duration::from_millis(50);
+
+/// Wakes the claimer when the earliest scheduled retry comes due.
+pub struct RetryScheduler {
+    claimer: Recipient<Wake>,
+    next_wake: Option<(Instant, SpawnHandle)>,
+}
+
+impl RetryScheduler {
+    /// A scheduler that wakes `claimer`.
+    pub fn new(claimer: Recipient<Wake>) -> Self {
+        RetryScheduler {
+            claimer,
+            next_wake: None,
+        }
+    }
+}
+
 impl Actor for RetryScheduler {
     type Context = Context<Self>;
 }
@@ -56,64 +78,66 @@ impl Supervised for RetryScheduler {
     }
 }
 
-impl Handler<PlanRetries> for RetryScheduler {
-    type Result = MessageResult<PlanRetries>;
+impl Handler<RetryDue> for RetryScheduler {
+    type Result = ();
 
-    fn handle(&mut self, msg: PlanRetries, ctx: &mut Context<Self>) -> Self::Result {
-        let mut rng = rand::rng();
-        let mut earliest: Option<Duration> = None;
-        let failures = msg
-            .faults
-            .into_iter()
-            .map(|fault| {
-                let (dead, delay) = plan(&self.settings, fault.attempts, rng.random::<f64>());
-                if dead {
-                    crate::telemetry::event_dead(&fault.id, &fault.error);
-                } else {
-                    earliest = Some(earliest.map_or(delay, |e| e.min(delay)));
-                    crate::telemetry::event_failed(&fault.id, &fault.error, delay);
-                }
-                Failure {
-                    id: fault.id,
-                    error: fault.error,
-                    delay_ms: i64::try_from(delay.as_millis()).unwrap_or(i64::MAX),
-                    dead,
-                }
-            })
-            .collect();
-        if let Some(delay) = earliest {
-            // A little after the due time: the row's available_at is set by Postgres' clock
-            // when the batch commits, a moment after this plan.
-            let due = Instant::now() + delay + Duration::from_millis(50);
-            let sooner = self.next_wake.as_ref().is_none_or(|(at, _)| due < *at);
-            if sooner {
-                if let Some((_, handle)) = self.next_wake.take() {
-                    ctx.cancel_future(handle);
-                }
-                let handle = ctx.run_later(delay + Duration::from_millis(50), |act, _| {
-                    act.next_wake = None;
-                    act.claimer.do_send(Wake);
-                });
-                self.next_wake = Some((due, handle));
-            }
+    fn handle(&mut self, msg: RetryDue, ctx: &mut Context<Self>) {
+        let wait = msg.after + DUE_SLACK;
+        let due = Instant::now() + wait;
+        if self.next_wake.as_ref().is_some_and(|(at, _)| *at <= due) {
+            return;
         }
-        MessageResult(failures)
+        if let Some((_, handle)) = self.next_wake.take() {
+            ctx.cancel_future(handle);
+        }
+        let handle = ctx.run_later(wait, |act, _| {
+            act.next_wake = None;
+            act.claimer.do_send(Wake);
+        });
+        self.next_wake = Some((due, handle));
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use uuid::Uuid;
 
-    #[test]
-    fn dead_after_max_attempts() {
-        let s = RetrySettings {
+    fn settings() -> RetrySettings {
+        RetrySettings {
             max_attempts: 3,
             base: Duration::from_secs(1),
             max: Duration::from_secs(60),
-        };
+        }
+    }
+
+    #[test]
+    fn dead_after_max_attempts() {
+        let s = settings();
         assert_eq!(plan(&s, 0, 0.0), (false, Duration::from_secs(1)));
         assert_eq!(plan(&s, 1, 0.0), (false, Duration::from_secs(2)));
         assert!(plan(&s, 2, 0.0).0, "third failure kills it");
+    }
+
+    #[test]
+    fn a_batch_plan_keeps_ids_and_errors() {
+        let faults = vec![
+            Fault {
+                id: Uuid::new_v4(),
+                attempts: 0,
+                error: "WRONGTYPE".into(),
+            },
+            Fault {
+                id: Uuid::new_v4(),
+                attempts: 2,
+                error: "too big".into(),
+            },
+        ];
+        let ids: Vec<Uuid> = faults.iter().map(|f| f.id).collect();
+        let planned = plan_all(&settings(), faults, || 0.0);
+        assert_eq!(planned[0].id, ids[0]);
+        assert_eq!((planned[0].dead, planned[0].delay_ms), (false, 1000));
+        assert_eq!(planned[0].error, "WRONGTYPE");
+        assert!(planned[1].dead);
     }
 }

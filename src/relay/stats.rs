@@ -1,13 +1,17 @@
 //! The backlog sampler: sets the pending, dead and oldest-pending-age gauges from Postgres
-//! every few seconds, so a Prometheus scrape never queries the database.
+//! every few seconds, so a Prometheus scrape never queries the database; gives `/healthz` the
+//! pending count; and makes every known topic's counters exist before its first publish.
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use diesel_async::AsyncPgConnection;
 use futures::future::BoxFuture;
 use futures::FutureExt;
 
+use super::health::Health;
 use super::periodic::Job;
-use crate::db::{outbox, DbError, Pool};
+use crate::db::{outbox, topics, DbError, Pool};
 
 /// The sampler's pool and interval.
 #[derive(Clone)]
@@ -16,6 +20,8 @@ pub struct BacklogSampler {
     pub pool: Pool,
     /// Time between samples.
     pub interval: Duration,
+    /// Where `/healthz` reads the pending count.
+    pub health: Arc<Health>,
 }
 
 impl Job for BacklogSampler {
@@ -27,12 +33,27 @@ impl Job for BacklogSampler {
 
     fn run_once(&self) -> BoxFuture<'static, Result<(), DbError>> {
         let pool = self.pool.clone();
+        let health = self.health.clone();
         async move {
             let mut conn = pool.get().await?;
             let backlog = outbox::backlog(&mut conn).await?;
-            crate::telemetry::backlog(&backlog);
-            Ok(())
+            crate::telemetry::backlog(
+                backlog.pending,
+                backlog.dead,
+                backlog.oldest_pending_age_seconds,
+            );
+            health.set_pending(backlog.pending);
+            register_topics(&mut conn).await
         }
         .boxed()
     }
+}
+
+/// Makes every topic's counters exist (at 0) before its first publish, so a dashboard shows 0,
+/// not "no data", and an `absent()` alert stays quiet on a healthy idle relay.
+pub async fn register_topics(conn: &mut AsyncPgConnection) -> Result<(), DbError> {
+    for topic in topics::known(conn).await? {
+        crate::telemetry::topic_known(&topic);
+    }
+    Ok(())
 }

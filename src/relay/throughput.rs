@@ -1,5 +1,5 @@
 //! This process's throughput over the last hour: a ring of per-second counts of published
-//! and failed events, fed by telemetry, read by the heartbeat.
+//! and failed events, fed by the claimer after each cycle, read by the heartbeat.
 //!
 //! Why in the process and not from the table: a failure leaves no row per attempt, and in
 //! delete mode (`retention.published_for = 0s`) a published event leaves no row at all. Each
@@ -25,13 +25,10 @@ struct Slot {
     failed: u64,
 }
 
-/// The ring. [`GLOBAL`] is the process's.
+/// The ring; the relay shares one between the claimer and the heartbeat.
 pub struct Throughput {
     slots: Mutex<[Slot; SLOTS]>,
 }
-
-/// The process's throughput, recorded by `telemetry`.
-pub static GLOBAL: Throughput = Throughput::new();
 
 /// Per-minute counts of the last hour, oldest first; the last entry is the current minute.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -356,6 +356,14 @@ impl RelayProc {
         }
     }
 
+    /// What the relay wrote to stderr so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(
+            std::env::temp_dir().join(format!("relay-{}-{}.log", self.name, self.admin_port)),
+        )
+        .unwrap_or_default()
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("http://127.0.0.1:{}{}", self.admin_port, path)
     }

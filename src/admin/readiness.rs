@@ -1,0 +1,57 @@
+//! The background readiness check: pings Postgres (through the admin's pool) and Redis every
+//! second, each with a timeout, and leaves the result in `Health`, so `/readyz` answers at once
+//! from what it finds there, outage or not.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use diesel_async::RunQueryDsl;
+use futures::future::BoxFuture;
+use futures::FutureExt;
+
+use crate::db::{DbError, Pool};
+use crate::publish::Publisher;
+use crate::relay::health::Health;
+use crate::relay::periodic::Job;
+
+/// How often both servers are pinged.
+const EVERY: Duration = Duration::from_secs(1);
+/// How long a ping may take before its server counts as unreachable.
+const PING_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// The check's pool, Redis connection and where it writes.
+#[derive(Clone)]
+pub struct ReadinessCheck {
+    /// The admin's pool: the relay's may be busy with claims.
+    pub pool: Pool,
+    /// For the Redis ping.
+    pub publisher: Publisher,
+    /// Where the result goes.
+    pub health: Arc<Health>,
+}
+
+async fn postgres_ok(pool: &Pool) -> bool {
+    let check = async {
+        let mut conn = pool.get().await.ok()?;
+        diesel::sql_query("SELECT 1").execute(&mut conn).await.ok()
+    };
+    matches!(tokio::time::timeout(PING_TIMEOUT, check).await, Ok(Some(_)))
+}
+
+impl Job for ReadinessCheck {
+    const NAME: &'static str = "readiness";
+
+    fn interval(&self) -> Duration {
+        EVERY
+    }
+
+    fn run_once(&self) -> BoxFuture<'static, Result<(), DbError>> {
+        let me = self.clone();
+        async move {
+            let (postgres, redis) = futures::join!(postgres_ok(&me.pool), me.publisher.ping());
+            me.health.checked(postgres, redis);
+            Ok(())
+        }
+        .boxed()
+    }
+}
