@@ -6,6 +6,7 @@ pub mod api;
 pub mod auth;
 pub mod caller;
 pub mod counts;
+pub mod enqueue;
 pub mod health;
 pub mod readiness;
 pub mod throttle;

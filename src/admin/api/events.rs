@@ -11,10 +11,10 @@ use uuid::Uuid;
 use super::error::{ApiError, ApiResult};
 use super::{next_cursor, wake_claimer, Page};
 use crate::admin::caller::Caller;
+use crate::admin::enqueue::{enqueue_once, EnqueueError, Enqueued};
 use crate::admin::AdminState;
 use crate::db::dead::{self, DeadAction, Steered};
 use crate::db::events::{self, EventFilter, EventRow, Status};
-use crate::db::idempotency::{self, EnqueueError, Enqueued};
 use crate::producer::NewEvent;
 
 /// One event.
@@ -282,7 +282,7 @@ pub async fn enqueue(
     let mut event = NewEvent::new(body.topic, body.payload).headers(headers);
     event.partition_key = body.partition_key;
     let mut conn = state.pool.get().await?;
-    match idempotency::enqueue_once(&mut conn, &event, key.as_deref(), &caller.who).await {
+    match enqueue_once(&mut conn, &event, key.as_deref(), &caller.who).await {
         Ok(Enqueued::Created(id)) => Ok(HttpResponse::Created().json(EnqueueResponse { id })),
         Ok(Enqueued::Replayed(id)) => Ok(HttpResponse::Ok().json(EnqueueResponse { id })),
         Err(EnqueueError::InvalidTopic(t)) => {
