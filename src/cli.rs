@@ -1,4 +1,4 @@
-//! The command line (clap): `migrate`, `run`, `demo`, each taking `--config FILE`.
+//! The command line (clap): `migrate`, `run`, `demo`, `bench`, each taking `--config FILE`.
 
 use std::path::PathBuf;
 
@@ -53,8 +53,8 @@ pub struct BenchArgs {
     /// Published rows the bloat scenario's backlog sits behind.
     #[arg(long, default_value_t = 1_000_000)]
     pub bloat_rows: u64,
-    /// Rounds of the throughput scenarios; each reports its median round (this machine's
-    /// speed varies by ±20% from one minute to the next).
+    /// Rounds of the throughput scenarios; each reports its median round (a shared machine's
+    /// speed drifts from one minute to the next).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=20))]
     pub repeat: u32,
     /// Steady rate of the soak run, events/s (run only when `--only` names `soak`).

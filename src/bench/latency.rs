@@ -163,7 +163,7 @@ pub enum Wakeup {
     /// NOTIFY on every commit (`relay.quiet_above = 0`).
     NotifyAlways,
     /// `outbox.notify = 'off'` for the database, and the relay polls at this interval
-    /// (`relay.poll_only`): what the README recommends where producers commit many small
+    /// (`relay.poll_only`): what docs/operations.md recommends where producers commit many small
     /// transactions concurrently, since notifying commits are serialized by Postgres.
     Poll(Duration),
 }

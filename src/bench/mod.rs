@@ -109,8 +109,8 @@ pub async fn run(options: BenchOptions) -> anyhow::Result<Report> {
     let mut runs: Vec<(String, Vec<anyhow::Result<Drain>>)> = Vec::new();
     for round in 0..options.repeat.max(1) {
         // The ceiling runs right beside the keep-rows drain, so each round's ratio of the two
-        // compares the same minute of this shared machine (its speed drifts by ±20% from one
-        // minute to the next); first in every other round, so neither is always the one that
+        // compares the same minute of a shared machine (its speed drifts from one minute to
+        // the next); first in every other round, so neither is always the one that
         // runs on a machine left warm (or busy) by the other.
         let ceiling_first = round % 2 == 1;
         if options.wants("ceiling") && ceiling_first {

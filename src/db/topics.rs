@@ -155,26 +155,25 @@ async fn write_paused(c: &mut AsyncPgConnection, topic: &str, paused: bool) -> R
     Ok(())
 }
 
-/// Every topic with events or settings: a skip scan of the `(topic, seq)` index (one probe per
-/// topic, however many rows each has) plus the topics' settings rows.
+/// Every topic a relay has published or an operator has set: the registry's rows.
 pub async fn known(conn: &mut AsyncPgConnection) -> Result<Vec<String>, DbError> {
     #[derive(QueryableByName)]
     struct Topic {
         #[diesel(sql_type = Text)]
         topic: String,
     }
-    let rows: Vec<Topic> = diesel::sql_query(
-        "WITH RECURSIVE t(topic) AS (
-           (SELECT topic FROM outbox ORDER BY topic LIMIT 1)
-           UNION ALL
-           SELECT (SELECT o.topic FROM outbox o WHERE o.topic > t.topic ORDER BY o.topic LIMIT 1)
-           FROM t WHERE t.topic IS NOT NULL
-         )
-         SELECT topic FROM t WHERE topic IS NOT NULL
-         UNION
-         SELECT topic FROM outbox_topics",
-    )
-    .load(conn)
-    .await?;
+    let rows: Vec<Topic> = diesel::sql_query("SELECT topic FROM outbox_topics ORDER BY topic")
+        .load(conn)
+        .await?;
     Ok(rows.into_iter().map(|r| r.topic).collect())
+}
+
+/// Adds `topic` to the registry (active, no settings) unless it is there. Its metrics then
+/// exist from the first scrape of any replica, also after a restart.
+pub async fn register(conn: &mut AsyncPgConnection, topic: &str) -> Result<(), DbError> {
+    diesel::sql_query("INSERT INTO outbox_topics (topic) VALUES ($1) ON CONFLICT DO NOTHING")
+        .bind::<Text, _>(topic)
+        .execute(conn)
+        .await?;
+    Ok(())
 }

@@ -1,6 +1,7 @@
 //! One dispatcher actor per topic: it owns the topic's stream and publishes its share of each
-//! batch with one deduplicating script call, and on a timer unlinks the topic's retired dedup
-//! sets (a topic whose traffic stopped gets no publish that would). [`Dispatchers`] is the
+//! batch with one deduplicating script call, on a timer unlinks the topic's retired dedup
+//! sets (a topic whose traffic stopped gets no publish that would), and at its start records
+//! the topic in the registry table and makes its metrics exist. [`Dispatchers`] is the
 //! topic registry that starts them on first use, under a supervisor, and replaces one whose
 //! mailbox closed.
 
@@ -15,12 +16,14 @@ use uuid::Uuid;
 
 use super::messages::Publish;
 use super::supervision::{catching, Panicked};
+use crate::db::{topics, Pool};
 use crate::publish::{keys, Outcome, PublishError, Publisher};
 
 /// Publishes one topic.
 pub struct Dispatcher {
     topic: String,
     publisher: Publisher,
+    pool: Pool,
 }
 
 impl Actor for Dispatcher {
@@ -28,6 +31,16 @@ impl Actor for Dispatcher {
 
     fn started(&mut self, ctx: &mut Context<Self>) {
         crate::telemetry::topic_known(&self.topic);
+        let (pool, topic) = (self.pool.clone(), self.topic.clone());
+        actix::spawn(async move {
+            let registered = async {
+                let mut conn = pool.get().await?;
+                topics::register(&mut conn, &topic).await
+            };
+            if let Err(e) = registered.await {
+                tracing::debug!(%topic, error = %e, "topic not registered; the next start tries again");
+            }
+        });
         let every = keys::sweep_every(self.publisher.config().dedup_window);
         ctx.run_interval(every, |me, _| {
             let publisher = me.publisher.clone();
@@ -79,14 +92,17 @@ impl Handler<Publish> for Dispatcher {
 #[derive(Clone)]
 pub struct Dispatchers {
     publisher: Publisher,
+    pool: Pool,
     by_topic: Arc<Mutex<HashMap<String, Addr<Dispatcher>>>>,
 }
 
 impl Dispatchers {
-    /// An empty registry; dispatchers start when their topic first shows up.
-    pub fn new(publisher: Publisher) -> Self {
+    /// An empty registry; dispatchers start when their topic first shows up, and record it in
+    /// the topic registry table (through `pool`).
+    pub fn new(publisher: Publisher, pool: Pool) -> Self {
         Dispatchers {
             publisher,
+            pool,
             by_topic: Arc::new(Mutex::new(HashMap::new())),
         }
     }
@@ -110,6 +126,7 @@ impl Dispatchers {
         let dispatcher = Dispatcher {
             topic: topic.to_string(),
             publisher: self.publisher.clone(),
+            pool: self.pool.clone(),
         };
         let addr = Supervisor::start(move |_| dispatcher);
         map.insert(topic.to_string(), addr.clone());

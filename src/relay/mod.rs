@@ -76,7 +76,7 @@ pub fn start(
     let throughput = Arc::new(Throughput::new());
     let deps = CycleDeps {
         pool: pool.clone(),
-        dispatchers: Dispatchers::new(publisher),
+        dispatchers: Dispatchers::new(publisher, pool.clone()),
         retry: settings.retry.clone(),
         limits: crate::db::outbox::BatchLimits {
             rows: i64::from(settings.relay.batch_size),
