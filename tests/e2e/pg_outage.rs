@@ -1,0 +1,46 @@
+//! A Postgres outage (our own server, crashed and restarted): the relay stays up, reports
+//! not-ready, burns no attempts, and resumes by itself (the listener reconnects).
+
+use std::time::Duration;
+
+use crate::support::*;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn postgres_restart_is_survived_without_burning_attempts() {
+    let pg = OwnPostgres::start();
+    outbox_relay::db::migrate::run_pending(&pg.url())
+        .await
+        .expect("migrate");
+    let db = TestDb::at(&pg.url());
+    let redis = TestRedis::shared();
+    let relay = RelayProc::spawn("pg-outage", &base_env(&db, &redis));
+    relay
+        .wait_status("/readyz", 200, Duration::from_secs(20))
+        .await;
+    insert_events(&db, 100, 1, 5).await;
+    db.wait_until_published(Duration::from_secs(20)).await;
+
+    pg.stop();
+    relay
+        .wait_status("/readyz", 503, Duration::from_secs(20))
+        .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        relay.status("/healthz"),
+        200,
+        "the process survives the outage"
+    );
+
+    pg.restart();
+    relay
+        .wait_status("/readyz", 200, Duration::from_secs(30))
+        .await;
+    insert_events(&db, 100, 1, 5).await;
+    db.wait_until_published(Duration::from_secs(30)).await;
+    assert_eq!(redis.xlen("t0").await, 200);
+    assert_eq!(
+        db.scalar("SELECT count(*) FROM outbox WHERE attempts > 0")
+            .await,
+        0
+    );
+}

@@ -1,0 +1,242 @@
+//! A database per test: created, migrated, dropped on drop; scalar, exec and wait helpers; and a
+//! PostgreSQL server of the test's own for outages.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use diesel::connection::SimpleConnection;
+use diesel::Connection;
+use diesel_async::async_connection_wrapper::AsyncConnectionWrapper;
+use diesel_async::{AsyncConnection, AsyncPgConnection, SimpleAsyncConnection};
+use uuid::Uuid;
+
+use super::free_port;
+
+const PG_ADMIN_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
+
+/// A database of its own, migrated, dropped on drop.
+pub struct TestDb {
+    pub name: String,
+    pub url: String,
+}
+
+impl TestDb {
+    pub async fn new() -> TestDb {
+        let db = TestDb::empty().await;
+        outbox_relay::db::migrate::run_pending(&db.url)
+            .await
+            .expect("migrate test database");
+        db
+    }
+
+    /// An existing database (not dropped by this handle's owner unless it is forgotten).
+    pub fn at(url: &str) -> TestDb {
+        TestDb {
+            name: String::new(),
+            url: url.to_string(),
+        }
+    }
+
+    /// A database of its own, not migrated.
+    pub async fn empty() -> TestDb {
+        let name = format!("outbox_t_{}", Uuid::new_v4().simple());
+        let mut admin = AsyncPgConnection::establish(PG_ADMIN_URL)
+            .await
+            .expect("connect to local postgres");
+        admin
+            .batch_execute(&format!("CREATE DATABASE {name}"))
+            .await
+            .expect("create test database");
+        let url = format!("postgres://postgres@127.0.0.1:5432/{name}");
+        TestDb { name, url }
+    }
+
+    pub async fn conn(&self) -> AsyncPgConnection {
+        AsyncPgConnection::establish(&self.url)
+            .await
+            .expect("connect test db")
+    }
+
+    /// A connection LISTENing on the outbox trigger's channel.
+    pub async fn listener(&self) -> AsyncPgConnection {
+        let mut c = self.conn().await;
+        c.batch_execute("LISTEN outbox_events")
+            .await
+            .expect("listen");
+        c
+    }
+
+    /// Runs SQL returning one bigint.
+    pub async fn scalar(&self, sql: &str) -> i64 {
+        #[derive(diesel::QueryableByName)]
+        struct V {
+            #[diesel(sql_type = diesel::sql_types::BigInt)]
+            v: i64,
+        }
+        use diesel_async::RunQueryDsl;
+        let mut c = self.conn().await;
+        let v: V = diesel::sql_query(format!("SELECT ({sql})::bigint AS v"))
+            .get_result(&mut c)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+        v.v
+    }
+
+    pub async fn exec(&self, sql: &str) {
+        let mut c = self.conn().await;
+        c.batch_execute(sql)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+
+    pub async fn pending(&self) -> i64 {
+        self.scalar("SELECT count(*) FROM outbox WHERE published_at IS NULL AND dead_at IS NULL")
+            .await
+    }
+
+    /// Waits until every event has been published (`published_at` set), or panics after
+    /// `timeout`.
+    pub async fn wait_until_published(&self, timeout: Duration) {
+        self.wait_for(
+            "SELECT count(*) FROM outbox WHERE published_at IS NULL",
+            0,
+            timeout,
+        )
+        .await
+    }
+
+    /// Waits until `sql` (a bigint) equals `want`, or panics after `timeout`.
+    pub async fn wait_for(&self, sql: &str, want: i64, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let got = self.scalar(sql).await;
+            if got == want {
+                return;
+            }
+            if Instant::now() > deadline {
+                panic!("timed out waiting for `{sql}` = {want}, last value {got}");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        if self.name.is_empty() {
+            return;
+        }
+        let name = self.name.clone();
+        let _ = std::thread::spawn(move || {
+            if let Ok(mut c) =
+                <AsyncConnectionWrapper<AsyncPgConnection> as Connection>::establish(PG_ADMIN_URL)
+            {
+                let _ = SimpleConnection::batch_execute(
+                    &mut c,
+                    &format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"),
+                );
+            }
+        })
+        .join();
+    }
+}
+
+/// A PostgreSQL server of the test's own (initdb in a temp dir, a free port), so a test can
+/// stop and restart it without touching the shared server.
+pub struct OwnPostgres {
+    pub port: u16,
+    dir: tempfile::TempDir,
+    bin: std::path::PathBuf,
+}
+
+fn as_postgres_user(program: &std::path::Path) -> Command {
+    // initdb and postgres refuse to run as root: run them as the `postgres` user then.
+    let root = Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| o.stdout == b"0\n")
+        .unwrap_or(false);
+    if root {
+        let mut c = Command::new("runuser");
+        c.args(["-u", "postgres", "--"]).arg(program);
+        c
+    } else {
+        Command::new(program)
+    }
+}
+
+impl OwnPostgres {
+    pub fn start() -> OwnPostgres {
+        let bin = std::fs::read_dir("/usr/lib/postgresql")
+            .expect("postgres installed under /usr/lib/postgresql")
+            .filter_map(|e| e.ok())
+            .map(|e| e.path().join("bin"))
+            .filter(|p| p.join("initdb").exists())
+            .max()
+            .expect("an initdb");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let _ = Command::new("chown")
+            .arg("postgres")
+            .arg(dir.path())
+            .status();
+        let data = dir.path().join("data");
+        let out = as_postgres_user(&bin.join("initdb"))
+            .args(["-A", "trust", "-U", "postgres", "--no-sync", "-D"])
+            .arg(&data)
+            .output()
+            .expect("initdb");
+        assert!(
+            out.status.success(),
+            "initdb: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let me = OwnPostgres {
+            port: free_port(),
+            dir,
+            bin,
+        };
+        me.restart();
+        me
+    }
+
+    pub fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+
+    pub fn restart(&self) {
+        let data = self.dir.path().join("data");
+        let opts = format!(
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off",
+            self.port,
+            self.dir.path().display()
+        );
+        let out = as_postgres_user(&self.bin.join("pg_ctl"))
+            .arg("-D")
+            .arg(&data)
+            .args(["-o", &opts, "-w", "-l"])
+            .arg(self.dir.path().join("log"))
+            .arg("start")
+            .output()
+            .expect("pg_ctl start");
+        assert!(
+            out.status.success(),
+            "pg_ctl start: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// Stops like a crash: no checkpoint, connections cut.
+    pub fn stop(&self) {
+        let _ = as_postgres_user(&self.bin.join("pg_ctl"))
+            .arg("-D")
+            .arg(self.dir.path().join("data"))
+            .args(["-m", "immediate", "-w", "stop"])
+            .output();
+    }
+}
+
+impl Drop for OwnPostgres {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
