@@ -63,7 +63,7 @@ async fn twelve_thousand_events_arrive_exactly_once_with_intact_fields() {
         }
     }
     assert_eq!(total, 12_000);
-    let metrics = relay.body("/metrics");
+    let metrics = relay.http().metrics();
     assert!(
         metrics.contains("outbox_events_published_total{topic=\"t0\"} 4000"),
         "{metrics}"

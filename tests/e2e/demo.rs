@@ -25,12 +25,8 @@ async fn demo_creates_its_database_and_shows_the_whole_pipeline() {
         .stderr(Stdio::null())
         .spawn()
         .expect("spawn demo");
-    let proc = RelayProc {
-        admin_port: port,
-        child: Command::new("true").spawn().expect("placeholder"),
-        name: "demo".into(),
-    };
-    proc.wait_status("/readyz", 200, Duration::from_secs(30))
+    Http::new(port)
+        .wait_status("/readyz", 200, Duration::from_secs(30))
         .await;
     db.wait_for(
         "SELECT (count(DISTINCT topic) FILTER (WHERE published_at IS NOT NULL) >= 3)::int FROM outbox",

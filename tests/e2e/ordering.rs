@@ -49,12 +49,9 @@ async fn a_hot_key_moves_a_whole_run_per_batch() {
     assert_eq!(entries.len(), 5000);
     assert_per_key_order(&entries);
     // One event per key per round trip would take 5000 transactions; runs take a handful.
-    let metrics = relay.body("/metrics");
-    let batches: f64 = metrics
-        .lines()
-        .find(|l| l.starts_with("outbox_publish_duration_seconds_count"))
-        .and_then(|l| l.split_whitespace().last())
-        .and_then(|v| v.parse().ok())
+    let batches = relay
+        .http()
+        .metric("outbox_publish_duration_seconds_count")
         .expect("histogram count");
     assert!(
         batches <= 50.0,

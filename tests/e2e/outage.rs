@@ -12,6 +12,7 @@ async fn redis_outage_burns_no_attempts_and_recovers() {
     let redis = TestRedis::on(&server.url());
     let relay = RelayProc::spawn("outage", &base_env(&db, &redis));
     relay
+        .http()
         .wait_status("/readyz", 200, Duration::from_secs(20))
         .await;
     insert_events(&db, 200, 2, 10).await;
@@ -19,9 +20,14 @@ async fn redis_outage_burns_no_attempts_and_recovers() {
 
     server.stop();
     relay
+        .http()
         .wait_status("/readyz", 503, Duration::from_secs(20))
         .await;
-    assert_eq!(relay.status("/healthz"), 200, "alive while not ready");
+    assert_eq!(
+        relay.http().status("/healthz"),
+        200,
+        "alive while not ready"
+    );
     insert_events(&db, 300, 2, 10).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(db.pending().await, 300);
@@ -34,6 +40,7 @@ async fn redis_outage_burns_no_attempts_and_recovers() {
 
     server.restart();
     relay
+        .http()
         .wait_status("/readyz", 200, Duration::from_secs(30))
         .await;
     db.wait_until_published(Duration::from_secs(30)).await;
@@ -55,14 +62,17 @@ async fn starts_while_redis_is_down_and_catches_up() {
     insert_events(&db, 100, 1, 5).await;
     let relay = RelayProc::spawn("late", &base_env(&db, &redis));
     relay
+        .http()
         .wait_status("/healthz", 200, Duration::from_secs(20))
         .await;
     relay
+        .http()
         .wait_status("/readyz", 503, Duration::from_secs(20))
         .await;
     server.restart();
     db.wait_until_published(Duration::from_secs(30)).await;
     relay
+        .http()
         .wait_status("/readyz", 200, Duration::from_secs(20))
         .await;
     assert_eq!(redis.xlen("t0").await, 100);

@@ -15,6 +15,7 @@ async fn postgres_restart_is_survived_without_burning_attempts() {
     let redis = TestRedis::shared();
     let relay = RelayProc::spawn("pg-outage", &base_env(&db, &redis));
     relay
+        .http()
         .wait_status("/readyz", 200, Duration::from_secs(20))
         .await;
     insert_events(&db, 100, 1, 5).await;
@@ -22,17 +23,19 @@ async fn postgres_restart_is_survived_without_burning_attempts() {
 
     pg.stop();
     relay
+        .http()
         .wait_status("/readyz", 503, Duration::from_secs(20))
         .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(
-        relay.status("/healthz"),
+        relay.http().status("/healthz"),
         200,
         "the process survives the outage"
     );
 
     pg.restart();
     relay
+        .http()
         .wait_status("/readyz", 200, Duration::from_secs(30))
         .await;
     insert_events(&db, 100, 1, 5).await;

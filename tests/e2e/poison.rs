@@ -65,7 +65,7 @@ async fn wrongtype_case(overlap: bool) {
         2_000,
         "each good event once"
     );
-    let metrics = relay.body("/metrics");
+    let metrics = relay.http().metrics();
     assert!(
         !metrics.contains("outbox_events_duplicate_total"),
         "redone batches counted as duplicates:\n{metrics}"

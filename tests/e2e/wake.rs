@@ -65,7 +65,7 @@ async fn a_draining_relay_quiets_producers_then_notify_wakes_it_again() {
         assert!(Instant::now() < deadline, "drain did not finish");
         if db.scalar(QUIET_NOW).await == 1 {
             saw_quiet = true;
-            saw_gauge |= relay.body("/metrics").contains("outbox_producers_quiet 1");
+            saw_gauge |= relay.http().metrics().contains("outbox_producers_quiet 1");
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -86,7 +86,7 @@ async fn a_draining_relay_quiets_producers_then_notify_wakes_it_again() {
     let got = tokio::time::timeout(Duration::from_secs(5), notifications.next()).await;
     assert!(matches!(got, Ok(Some(Ok(_)))), "producers notify again");
     db.wait_until_published(Duration::from_secs(10)).await;
-    assert!(relay.body("/metrics").contains("outbox_producers_quiet 0"));
+    assert!(relay.http().metrics().contains("outbox_producers_quiet 0"));
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -99,6 +99,7 @@ async fn while_quiet_the_relay_polls_on_its_own() {
     env.push(("OUTBOX__RELAY__QUIET_ABOVE".into(), "1".into()));
     let relay = RelayProc::spawn("quiet-poll", &env);
     relay
+        .http()
         .wait_status("/readyz", 200, Duration::from_secs(20))
         .await;
     let mut saw_quiet = false;

@@ -3,15 +3,18 @@
 
 use std::time::Duration;
 
-use super::client::*;
+use super::{audit_actions, WAIT};
+use crate::support::*;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn retry_of_a_dead_event_publishes_it_into_its_stream() {
-    let api = Api::start("api-retry").await;
+    let api = TokenRelay::start("api-retry", &[]).await;
     let id = api
+        .db
         .dead_event(
             "order.created",
             Some("o-1"),
+            "'{}'",
             "WRONGTYPE Operation against a key",
         )
         .await;
@@ -20,29 +23,33 @@ async fn retry_of_a_dead_event_publishes_it_into_its_stream() {
         0,
         "dead letters are not published"
     );
-    let r = api.post(&format!("/api/v1/events/{id}/retry"), None);
+    let r = api
+        .admin()
+        .post(&format!("/api/v1/events/{id}/retry"), None);
     assert_eq!(r.status, 200, "{:?}", r.json);
     assert_eq!(r.json["status"], "pending");
-    api.wait_published("order.created", 1).await;
+    api.db.wait_published("order.created", 1, WAIT).await;
     let entries = api.redis.entries("order.created").await;
     assert_eq!(entries.len(), 1);
     assert_eq!(entries[0]["id"], id);
-    let event = api.get(&format!("/api/v1/events/{id}")).json;
+    let event = api.admin().get(&format!("/api/v1/events/{id}")).json;
     assert_eq!(
         (event["attempts"].as_i64(), event["dead_at"].is_null()),
         (Some(0), true)
     );
     // Published now: not dead, so a second retry is a conflict; an unknown id is 404.
     assert_eq!(
-        api.post(&format!("/api/v1/events/{id}/retry"), None).status,
+        api.admin()
+            .post(&format!("/api/v1/events/{id}/retry"), None)
+            .status,
         409
     );
-    let unknown = api.post(
+    let unknown = api.admin().post(
         "/api/v1/events/00000000-0000-0000-0000-000000000001/retry",
         None,
     );
     assert_eq!(unknown.status, 404);
-    let audit = api.get("/api/v1/audit").json;
+    let audit = api.admin().get("/api/v1/audit").json;
     let entry = &audit["entries"][0];
     assert_eq!(
         (entry["action"].as_str(), entry["target"].as_str()),
@@ -54,48 +61,68 @@ async fn retry_of_a_dead_event_publishes_it_into_its_stream() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn pause_holds_a_topic_and_resume_releases_it() {
-    let api = Api::start("api-pause").await;
+    let api = TokenRelay::start("api-pause", &[]).await;
     // A topic with no events yet can be paused.
-    let paused = api.post("/api/v1/topics/order.shipped/pause", None);
+    let paused = api.admin().post("/api/v1/topics/order.shipped/pause", None);
     assert_eq!(paused.status, 200);
     assert_eq!(paused.json["paused"], true);
     let body = r#"{"topic":"order.shipped","payload":{"n":1}}"#;
-    assert_eq!(api.post("/api/v1/events", Some(body)).status, 201);
+    assert_eq!(api.admin().post("/api/v1/events", Some(body)).status, 201);
     let other = r#"{"topic":"order.other","payload":{"n":2}}"#;
-    assert_eq!(api.post("/api/v1/events", Some(other)).status, 201);
-    api.wait_published("order.other", 1).await;
+    assert_eq!(api.admin().post("/api/v1/events", Some(other)).status, 201);
+    api.db.wait_published("order.other", 1, WAIT).await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(
         api.redis.xlen("order.shipped").await,
         0,
         "paused: not published"
     );
-    let resumed = api.post("/api/v1/topics/order.shipped/resume", None);
+    let resumed = api
+        .admin()
+        .post("/api/v1/topics/order.shipped/resume", None);
     assert_eq!(
         (resumed.status, resumed.json["paused"].as_bool()),
         (200, Some(false))
     );
-    api.wait_published("order.shipped", 1).await;
+    api.db.wait_published("order.shipped", 1, WAIT).await;
     assert_eq!(api.redis.xlen("order.shipped").await, 1);
     assert_eq!(
-        api.audit_actions(),
+        audit_actions(&api),
         vec!["pause", "enqueue", "enqueue", "resume"]
     );
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn dead_letters_group_by_error_and_bulk_steering_takes_only_the_filter() {
-    let api = Api::start("api-bulk").await;
+    let api = TokenRelay::start("api-bulk", &[]).await;
     let a = api
-        .dead_event("pay", Some("p1"), "timeout after 5012 ms on 10.0.0.7")
+        .db
+        .dead_event(
+            "pay",
+            Some("p1"),
+            "'{}'",
+            "timeout after 5012 ms on 10.0.0.7",
+        )
         .await;
     let b = api
-        .dead_event("pay", Some("p2"), "timeout after 4990 ms on 10.0.0.9")
+        .db
+        .dead_event(
+            "pay",
+            Some("p2"),
+            "'{}'",
+            "timeout after 4990 ms on 10.0.0.9",
+        )
         .await;
     let c = api
-        .dead_event("pay", Some("p3"), "WRONGTYPE Operation against a key")
+        .db
+        .dead_event(
+            "pay",
+            Some("p3"),
+            "'{}'",
+            "WRONGTYPE Operation against a key",
+        )
         .await;
-    let groups = api.get("/api/v1/dead/groups").json;
+    let groups = api.admin().get("/api/v1/dead/groups").json;
     assert_eq!(groups[0]["count"], 2);
     assert_eq!(
         groups[0]["fingerprint"],
@@ -105,7 +132,7 @@ async fn dead_letters_group_by_error_and_bulk_steering_takes_only_the_filter() {
 
     // The default is a dry run: it counts and changes nothing.
     let filter = r#"{"filter":{"error":"TIMEOUT"}}"#;
-    let dry = api.post("/api/v1/dead/discard", Some(filter));
+    let dry = api.admin().post("/api/v1/dead/discard", Some(filter));
     assert_eq!(
         (
             dry.status,
@@ -120,7 +147,7 @@ async fn dead_letters_group_by_error_and_bulk_steering_takes_only_the_filter() {
             .await,
         0
     );
-    let done = api.post(
+    let done = api.admin().post(
         "/api/v1/dead/discard",
         Some(r#"{"filter":{"error":"TIMEOUT"},"dry_run":false}"#),
     );
@@ -129,31 +156,35 @@ async fn dead_letters_group_by_error_and_bulk_steering_takes_only_the_filter() {
         (Some(2), Some(false))
     );
     for id in [&a, &b] {
-        let e = api.get(&format!("/api/v1/events/{id}")).json;
+        let e = api.admin().get(&format!("/api/v1/events/{id}")).json;
         assert_eq!(e["status"], "discarded");
         // Discarded is final: it is never retried.
         assert_eq!(
-            api.post(&format!("/api/v1/events/{id}/retry"), None).status,
+            api.admin()
+                .post(&format!("/api/v1/events/{id}/retry"), None)
+                .status,
             409
         );
     }
-    let all = api.post("/api/v1/dead/retry", Some(r#"{"dry_run":false}"#));
+    let all = api
+        .admin()
+        .post("/api/v1/dead/retry", Some(r#"{"dry_run":false}"#));
     assert_eq!(all.json["count"], 1, "only the one not discarded");
-    api.wait_published("pay", 1).await;
+    api.db.wait_published("pay", 1, WAIT).await;
     let entries = api.redis.entries("pay").await;
     assert_eq!(entries.len(), 1);
     assert_eq!(entries[0]["id"], c);
-    let stats = api.get("/api/v1/stats").json;
+    let stats = api.admin().get("/api/v1/stats").json;
     assert_eq!(
         (stats["dead"].as_i64(), stats["discarded"].as_i64()),
         (Some(0), Some(2))
     );
-    assert_eq!(api.audit_actions(), vec!["bulk_discard", "bulk_retry"]);
+    assert_eq!(audit_actions(&api), vec!["bulk_discard", "bulk_retry"]);
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn retention_deletes_discarded_dead_letters_but_keeps_open_ones() {
-    let api = Api::start_with(
+    let api = TokenRelay::start(
         "api-discard-retention",
         &[
             ("OUTBOX__RETENTION__PUBLISHED_FOR", "1s"),
@@ -161,9 +192,11 @@ async fn retention_deletes_discarded_dead_letters_but_keeps_open_ones() {
         ],
     )
     .await;
-    let gone = api.dead_event("t", None, "boom 1").await;
-    let kept = api.dead_event("u", None, "boom 2").await;
-    let r = api.post(&format!("/api/v1/events/{gone}/discard"), None);
+    let gone = api.db.dead_event("t", None, "'{}'", "boom 1").await;
+    let kept = api.db.dead_event("u", None, "'{}'", "boom 2").await;
+    let r = api
+        .admin()
+        .post(&format!("/api/v1/events/{gone}/discard"), None);
     assert_eq!(
         (r.status, r.json["status"].as_str()),
         (200, Some("discarded"))
@@ -171,26 +204,31 @@ async fn retention_deletes_discarded_dead_letters_but_keeps_open_ones() {
     api.db
         .wait_for("SELECT count(*) FROM outbox", 1, Duration::from_secs(20))
         .await;
-    assert_eq!(api.get(&format!("/api/v1/events/{gone}")).status, 404);
     assert_eq!(
-        api.get(&format!("/api/v1/events/{kept}")).json["status"],
+        api.admin().get(&format!("/api/v1/events/{gone}")).status,
+        404
+    );
+    assert_eq!(
+        api.admin().get(&format!("/api/v1/events/{kept}")).json["status"],
         "dead"
     );
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn audit_log_is_keyset_paginated() {
-    let api = Api::start("api-audit").await;
+    let api = TokenRelay::start("api-audit", &[]).await;
     for n in 0..7 {
         assert_eq!(
-            api.post(&format!("/api/v1/topics/t{n}/pause"), None).status,
+            api.admin()
+                .post(&format!("/api/v1/topics/t{n}/pause"), None)
+                .status,
             200
         );
     }
     let mut targets = Vec::new();
     let mut path = "/api/v1/audit?limit=3".to_string();
     loop {
-        let page = api.get(&path).json;
+        let page = api.admin().get(&path).json;
         for e in page["entries"].as_array().expect("entries") {
             targets.push(e["target"].as_str().expect("target").to_string());
         }

@@ -1,11 +1,10 @@
 //! Bad input is a 4xx with `{"error"}`, never a 500; a Postgres outage is a 503.
 
-use super::client::*;
 use crate::support::*;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn bad_input_is_a_4xx_json_error_never_a_500() {
-    let api = Api::start("api-bad").await;
+    let api = TokenRelay::start("api-bad", &[]).await;
     let id = "00000000-0000-0000-0000-000000000000";
     let big = format!(r#"{{"topic":"t","payload":"{}"}}"#, "x".repeat(1_100_000));
     let cases: Vec<(&str, String, Option<String>, u16)> = vec![
@@ -36,31 +35,20 @@ async fn bad_input_is_a_4xx_json_error_never_a_500() {
         ("GET", "/api/v1/no/such/route".into(), None, 404),
     ];
     for (method, path, body, want) in cases {
-        let r = api.call(method, &path, body.as_deref());
+        let r = api.admin().call(method, &path, body.as_deref());
         assert_eq!(r.status, want, "{method} {path}: {:?}", r.json);
         assert!(
             r.json["error"].is_string(),
             "{method} {path}: {{\"error\"}} body"
         );
     }
-    let key = [("Idempotency-Key", "")];
-    let r = api.call_as(
-        TOKEN,
-        "POST",
-        "/api/v1/events",
-        &key,
-        Some(r#"{"topic":"t","payload":{}}"#),
-    );
+    let r = api
+        .admin()
+        .with("Idempotency-Key", "")
+        .post("/api/v1/events", Some(r#"{"topic":"t","payload":{}}"#));
     assert_eq!(r.status, 400);
     // Not JSON at all (no Content-Type) is refused too.
-    let auth = format!("Bearer {TOKEN}");
-    let r = request(
-        api.relay.admin_port,
-        "POST",
-        "/api/v1/events",
-        &[("Authorization", &auth)],
-        None,
-    );
+    let r = api.admin().post("/api/v1/events", None);
     assert_eq!(r.status, 400);
     assert_eq!(
         api.db.scalar("SELECT count(*) FROM outbox").await,
@@ -77,20 +65,15 @@ async fn postgres_outage_answers_503() {
     ));
     let redis = TestRedis::shared();
     let mut env = base_env(&db, &redis);
-    env.push(("OUTBOX__ADMIN__TOKEN".into(), TOKEN.into()));
+    env.push(("OUTBOX__ADMIN__TOKEN".into(), ADMIN_TOKEN.into()));
     let relay = RelayProc::spawn("api-outage", &env);
     relay
+        .http()
         .wait_status("/healthz", 200, std::time::Duration::from_secs(20))
         .await;
-    let auth = format!("Bearer {TOKEN}");
+    let admin = relay.http().bearer(ADMIN_TOKEN);
     for path in ["/api/v1/stats", "/api/v1/events", "/api/v1/replicas"] {
-        let r = request(
-            relay.admin_port,
-            "GET",
-            path,
-            &[("Authorization", &auth)],
-            None,
-        );
+        let r = admin.get(path);
         assert_eq!(r.status, 503, "{path}");
         assert!(r.json["error"].is_string());
     }

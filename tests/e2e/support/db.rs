@@ -105,6 +105,14 @@ impl TestDb {
         .await
     }
 
+    /// Waits until `n` events of `topic` are published.
+    pub async fn wait_published(&self, topic: &str, n: i64, timeout: Duration) {
+        let sql = format!(
+            "SELECT count(*) FROM outbox WHERE topic = '{topic}' AND published_at IS NOT NULL"
+        );
+        self.wait_for(&sql, n, timeout).await
+    }
+
     /// Waits until `sql` (a bigint) equals `want`, or panics after `timeout`.
     pub async fn wait_for(&self, sql: &str, want: i64, timeout: Duration) {
         let deadline = Instant::now() + timeout;
@@ -118,6 +126,35 @@ impl TestDb {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+    }
+    /// Inserts an event of `topic` dead after 10 attempts with `error` (as the relay would
+    /// leave it), `payload_sql` its payload as an SQL expression; returns its id.
+    pub async fn dead_event(
+        &self,
+        topic: &str,
+        key: Option<&str>,
+        payload_sql: &str,
+        error: &str,
+    ) -> String {
+        use diesel::sql_types::{Nullable, Text};
+        use diesel_async::RunQueryDsl;
+        #[derive(diesel::QueryableByName)]
+        struct Id {
+            #[diesel(sql_type = Text)]
+            id: String,
+        }
+        let mut c = self.conn().await;
+        let row: Id = diesel::sql_query(format!(
+            "INSERT INTO outbox (topic, payload, partition_key, attempts, last_error, dead_at)
+             VALUES ($1, {payload_sql}, $2, 10, $3, now()) RETURNING id::text AS id"
+        ))
+        .bind::<Text, _>(topic)
+        .bind::<Nullable<Text>, _>(key)
+        .bind::<Text, _>(error)
+        .get_result(&mut c)
+        .await
+        .expect("insert dead event");
+        row.id
     }
 }
 

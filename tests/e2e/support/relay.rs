@@ -1,18 +1,23 @@
 //! Real `outbox-relay run` processes: spawned with quick test settings, waited on until they
-//! answer, killed with SIGKILL (or stopped with SIGTERM).
+//! answer, killed with SIGKILL (or stopped with SIGTERM); and [`TokenRelay`], a relay with
+//! admin tokens on a database and key prefix of its own, for the API and UI tests.
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::{free_port, http_get, TestDb, TestRedis};
+use super::{form, free_port, Http, TestDb, TestRedis};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_outbox-relay");
+
+/// `admin.token` of a [`TokenRelay`]: full rights.
+pub const ADMIN_TOKEN: &str = "s3cret-admin";
+/// `admin.read_only_token` of a [`TokenRelay`]: a viewer.
+pub const READ_ONLY_TOKEN: &str = "l00k-only";
 
 /// A running `outbox-relay run` process.
 pub struct RelayProc {
     pub admin_port: u16,
     pub child: Child,
-    pub name: String,
 }
 
 /// Settings every test relay gets, tuned for quick tests.
@@ -32,6 +37,8 @@ pub fn base_env(db: &TestDb, redis: &TestRedis) -> Vec<(String, String)> {
 }
 
 impl RelayProc {
+    /// Starts `outbox-relay run` as replica `name` with `env` only, its admin server on a
+    /// free port, its log in the temp dir (`relay-<name>-<port>.log`).
     pub fn spawn(name: &str, env: &[(String, String)]) -> RelayProc {
         let admin_port = free_port();
         let log = std::fs::File::create(
@@ -49,41 +56,16 @@ impl RelayProc {
             .stderr(log)
             .spawn()
             .expect("spawn relay");
-        RelayProc {
-            admin_port,
-            child,
-            name: name.into(),
-        }
+        RelayProc { admin_port, child }
     }
 
     pub fn url(&self, path: &str) -> String {
         format!("http://127.0.0.1:{}{}", self.admin_port, path)
     }
 
-    /// HTTP status of GET `path`, or 0 when nothing answers.
-    pub fn status(&self, path: &str) -> u16 {
-        http_get(self.admin_port, path).map(|(s, _)| s).unwrap_or(0)
-    }
-
-    pub fn body(&self, path: &str) -> String {
-        http_get(self.admin_port, path)
-            .map(|(_, b)| b)
-            .unwrap_or_default()
-    }
-
-    /// Waits until `path` answers `status`.
-    pub async fn wait_status(&self, path: &str, status: u16, timeout: Duration) {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let got = self.status(path);
-            if got == status {
-                return;
-            }
-            if Instant::now() > deadline {
-                panic!("{} {path}: wanted {status}, last {got}", self.name);
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+    /// An HTTP client for its admin server, without credentials.
+    pub fn http(&self) -> Http {
+        Http::new(self.admin_port)
     }
 
     pub fn kill9(&mut self) {
@@ -114,5 +96,70 @@ impl Drop for RelayProc {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// A relay with `admin.token` ([`ADMIN_TOKEN`]) and `admin.read_only_token`
+/// ([`READ_ONLY_TOKEN`]) set, on a database and key prefix of its own, ready.
+pub struct TokenRelay {
+    pub db: TestDb,
+    pub redis: TestRedis,
+    pub relay: RelayProc,
+}
+
+impl TokenRelay {
+    /// Starts replica `name` with the base settings, the tokens and `extra`; waits for
+    /// `/readyz`.
+    pub async fn start(name: &str, extra: &[(&str, &str)]) -> TokenRelay {
+        let db = TestDb::new().await;
+        let redis = TestRedis::shared();
+        let mut env = base_env(&db, &redis);
+        env.push(("OUTBOX__ADMIN__TOKEN".into(), ADMIN_TOKEN.into()));
+        env.push((
+            "OUTBOX__ADMIN__READ_ONLY_TOKEN".into(),
+            READ_ONLY_TOKEN.into(),
+        ));
+        env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        let relay = RelayProc::spawn(name, &env);
+        relay
+            .http()
+            .wait_status("/readyz", 200, Duration::from_secs(30))
+            .await;
+        TokenRelay { db, redis, relay }
+    }
+
+    /// `http://127.0.0.1:<port>`, for the browser.
+    pub fn base(&self) -> String {
+        self.relay.url("")
+    }
+
+    /// A client without credentials.
+    pub fn anonymous(&self) -> Http {
+        self.relay.http()
+    }
+
+    /// A client with the admin token.
+    pub fn admin(&self) -> Http {
+        self.anonymous().bearer(ADMIN_TOKEN)
+    }
+
+    /// A client with the read-only token.
+    pub fn viewer(&self) -> Http {
+        self.anonymous().bearer(READ_ONLY_TOKEN)
+    }
+
+    /// Logs in to the UI with `token` over plain HTTP; returns a client with the session
+    /// cookie and a page's CSRF token.
+    pub fn login(&self, token: &str) -> (Http, String) {
+        let res = self
+            .anonymous()
+            .post_form("/login", &form(&[("token", token), ("next", "/")]));
+        assert_eq!(res.status, 303, "login: {}", res.body);
+        let session = self
+            .anonymous()
+            .cookie(&res.session_cookie().expect("a session cookie"));
+        let page = session.get("/");
+        assert_eq!(page.status, 200);
+        (session, page.csrf())
     }
 }

@@ -5,34 +5,19 @@
 use std::time::Duration;
 
 use super::browser::Browser;
-use super::http;
-use super::login::{Ui, READ_TOKEN, TOKEN};
+use crate::support::*;
 
 const WAIT: Duration = Duration::from_secs(15);
 
-/// Inserts a dead event (as the relay would leave it) and returns its id.
-async fn dead_event(ui: &Ui, topic: &str, payload_sql: &str, error: &str) -> String {
-    let mut c = ui.db.conn().await;
-    #[derive(diesel::QueryableByName)]
-    struct Id {
-        #[diesel(sql_type = diesel::sql_types::Text)]
-        id: String,
-    }
-    use diesel_async::RunQueryDsl;
-    let row: Id = diesel::sql_query(format!(
-        "INSERT INTO outbox (topic, payload, partition_key, attempts, last_error, dead_at)
-         VALUES ($1, {payload_sql}, 'k1', 3, $2, now()) RETURNING id::text AS id"
-    ))
-    .bind::<diesel::sql_types::Text, _>(topic)
-    .bind::<diesel::sql_types::Text, _>(error)
-    .get_result(&mut c)
-    .await
-    .expect("insert dead event");
-    row.id
+/// Inserts a dead event of key `k1` (as the relay would leave it) and returns its id.
+async fn dead_event(ui: &TokenRelay, topic: &str, payload_sql: &str, error: &str) -> String {
+    ui.db
+        .dead_event(topic, Some("k1"), payload_sql, error)
+        .await
 }
 
 /// No topic paused, the one dead event still dead: a refused post changed nothing.
-async fn assert_unchanged(ui: &Ui) {
+async fn assert_unchanged(ui: &TokenRelay) {
     let paused = "SELECT count(*) FROM outbox_topics WHERE paused";
     assert_eq!(ui.db.scalar(paused).await, 0);
     let dead = "SELECT count(*) FROM outbox WHERE dead_at IS NOT NULL";
@@ -41,7 +26,7 @@ async fn assert_unchanged(ui: &Ui) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_overview_counters_match_the_database() {
-    let ui = Ui::start(&[]).await;
+    let ui = TokenRelay::start("ui", &[]).await;
     ui.db
         .exec("INSERT INTO outbox_topics (topic, paused) VALUES ('held', true)")
         .await;
@@ -63,7 +48,7 @@ async fn the_overview_counters_match_the_database() {
         )
         .await;
     let b = Browser::start().await;
-    b.login(&ui.base(), TOKEN).await;
+    b.login(&ui.base(), ADMIN_TOKEN).await;
     b.wait_text("Topics", WAIT).await;
     assert_eq!(b.text("#pending").await, ui.db.pending().await.to_string());
     assert_eq!(b.text("#pending").await, "7");
@@ -76,10 +61,10 @@ async fn the_overview_counters_match_the_database() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retry_a_dead_event_after_the_confirmation_and_see_it_in_its_stream() {
-    let ui = Ui::start(&[]).await;
+    let ui = TokenRelay::start("ui", &[]).await;
     let id = dead_event(&ui, "retry.me", "'{\"n\": 1}'", "WRONGTYPE earlier").await;
     let b = Browser::start().await;
-    b.login(&ui.base(), TOKEN).await;
+    b.login(&ui.base(), ADMIN_TOKEN).await;
     b.goto(&format!("{}/events/{id}", ui.base())).await;
     b.click("#retry").await;
     // The dry run first: it names the count, and nothing has changed yet.
@@ -112,7 +97,7 @@ async fn retry_a_dead_event_after_the_confirmation_and_see_it_in_its_stream() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pause_and_resume_a_topic_from_the_overview() {
-    let ui = Ui::start(&[]).await;
+    let ui = TokenRelay::start("ui", &[]).await;
     ui.db
         .exec(
             "INSERT INTO outbox (topic, payload) SELECT 'orders', '{}' FROM generate_series(1, 3)",
@@ -126,7 +111,7 @@ async fn pause_and_resume_a_topic_from_the_overview() {
         )
         .await;
     let b = Browser::start().await;
-    b.login(&ui.base(), TOKEN).await;
+    b.login(&ui.base(), ADMIN_TOKEN).await;
     b.click("tr[data-topic=orders] button.pause").await;
     b.find("tr[data-topic=orders] button.resume").await;
     assert_eq!(
@@ -152,7 +137,7 @@ async fn pause_and_resume_a_topic_from_the_overview() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_script_payload_shows_as_text_and_never_runs() {
-    let ui = Ui::start(&[]).await;
+    let ui = TokenRelay::start("ui", &[]).await;
     let script = "<script>window.__pwned=1</script>";
     let id = dead_event(
         &ui,
@@ -162,7 +147,7 @@ async fn a_script_payload_shows_as_text_and_never_runs() {
     )
     .await;
     let b = Browser::start().await;
-    b.login(&ui.base(), TOKEN).await;
+    b.login(&ui.base(), ADMIN_TOKEN).await;
     for page in [
         format!("/events/{id}"),
         "/events".into(),
@@ -190,13 +175,13 @@ async fn a_script_payload_shows_as_text_and_never_runs() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_read_only_login_sees_no_action_buttons_and_a_forged_post_gets_403() {
-    let ui = Ui::start(&[]).await;
+    let ui = TokenRelay::start("ui", &[]).await;
     ui.db
         .exec("INSERT INTO outbox (topic, payload) VALUES ('orders', '{}')")
         .await;
     let id = dead_event(&ui, "orders", "'{}'", "boom").await;
     let b = Browser::start().await;
-    b.login(&ui.base(), READ_TOKEN).await;
+    b.login(&ui.base(), READ_ONLY_TOKEN).await;
     b.wait_text("Topics", WAIT).await;
     assert_eq!(b.text(".badge").await, "viewer");
     b.find("tr[data-topic=orders]").await;
@@ -213,50 +198,32 @@ async fn a_read_only_login_sees_no_action_buttons_and_a_forged_post_gets_403() {
     assert_eq!(b.count("a[href^='/dead/confirm']").await, 0);
     b.close().await;
     // Forged posts with the viewer's own valid cookie and CSRF token: refused.
-    let (cookie, csrf) = ui.http_login(READ_TOKEN);
-    let port = ui.port();
-    let res = http::post(
-        port,
-        "/topics/orders/pause",
-        Some(&cookie),
-        &http::form(&[("csrf", &csrf)]),
-    );
+    let (session, csrf) = ui.login(READ_ONLY_TOKEN);
+    let res = session.post_form("/topics/orders/pause", &form(&[("csrf", &csrf)]));
     assert_eq!(res.status, 403);
-    let body = http::form(&[("csrf", &csrf), ("action", "retry"), ("id", &id)]);
-    assert_eq!(
-        http::post(port, "/dead/apply", Some(&cookie), &body).status,
-        403
-    );
+    let body = form(&[("csrf", &csrf), ("action", "retry"), ("id", &id)]);
+    assert_eq!(session.post_form("/dead/apply", &body).status, 403);
     assert_unchanged(&ui).await;
     assert_eq!(ui.db.scalar("SELECT count(*) FROM outbox_audit").await, 0);
 }
 
 #[tokio::test]
 async fn state_changing_posts_without_the_csrf_token_are_refused() {
-    let ui = Ui::start(&[]).await;
+    let ui = TokenRelay::start("ui", &[]).await;
     let id = dead_event(&ui, "orders", "'{}'", "boom").await;
-    let (cookie, csrf) = ui.http_login(TOKEN);
-    let port = ui.port();
+    let (session, csrf) = ui.login(ADMIN_TOKEN);
     for (path, body) in [
         ("/topics/orders/pause", String::new()),
-        ("/topics/orders/pause", http::form(&[("csrf", "forged")])),
-        (
-            "/dead/apply",
-            http::form(&[("action", "retry"), ("id", &id)]),
-        ),
-        ("/dead/apply", http::form(&[("action", "discard")])),
+        ("/topics/orders/pause", form(&[("csrf", "forged")])),
+        ("/dead/apply", form(&[("action", "retry"), ("id", &id)])),
+        ("/dead/apply", form(&[("action", "discard")])),
     ] {
-        let res = http::post(port, path, Some(&cookie), &body);
+        let res = session.post_form(path, &body);
         assert_eq!(res.status, 403, "{path} {body}");
     }
     assert_unchanged(&ui).await;
     // The same posts with the token work.
-    let res = http::post(
-        port,
-        "/topics/orders/pause",
-        Some(&cookie),
-        &http::form(&[("csrf", &csrf)]),
-    );
+    let res = session.post_form("/topics/orders/pause", &form(&[("csrf", &csrf)]));
     assert_eq!(res.status, 303);
     assert_eq!(
         ui.db
@@ -268,7 +235,7 @@ async fn state_changing_posts_without_the_csrf_token_are_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retry_only_the_dead_letters_that_died_within_a_time_range() {
-    let ui = Ui::start(&[]).await;
+    let ui = TokenRelay::start("ui", &[]).await;
     for _ in 0..3 {
         dead_event(&ui, "ranged", "'{}'", "WRONGTYPE then").await;
     }
@@ -282,7 +249,7 @@ async fn retry_only_the_dead_letters_that_died_within_a_time_range() {
         )
         .await;
     let b = Browser::start().await;
-    b.login(&ui.base(), TOKEN).await;
+    b.login(&ui.base(), ADMIN_TOKEN).await;
     b.goto(&format!(
         "{}/dead?from=2026-12-01T22:30&to=2026-12-02T00:30",
         ui.base()
@@ -318,8 +285,8 @@ async fn retry_only_the_dead_letters_that_died_within_a_time_range() {
     );
     b.close().await;
     // A time the server cannot read is a clear 400, not an empty list.
-    let (cookie, _) = ui.http_login(TOKEN);
-    let res = http::get(ui.port(), "/dead?from=yesterday", Some(&cookie));
+    let (session, _) = ui.login(ADMIN_TOKEN);
+    let res = session.get("/dead?from=yesterday");
     assert_eq!(res.status, 400);
     assert!(res.body.contains("not a time"), "{}", res.body);
 }

@@ -1,64 +1,13 @@
-//! Login, sessions and the refusals around them; [`Ui`] starts the relay every UI test uses.
+//! Login, sessions and the refusals around them.
 
 use std::time::Duration;
 
 use super::browser::Browser;
-use super::http;
-use crate::support::{base_env, RelayProc, TestDb, TestRedis};
-
-pub const TOKEN: &str = "admin-s3cret-token";
-pub const READ_TOKEN: &str = "viewer-token";
-
-/// A relay with both tokens set, its own database and stream prefix.
-pub struct Ui {
-    pub db: TestDb,
-    pub redis: TestRedis,
-    pub relay: RelayProc,
-}
-
-impl Ui {
-    pub async fn start(extra: &[(&str, &str)]) -> Ui {
-        let db = TestDb::new().await;
-        let redis = TestRedis::shared();
-        let mut env = base_env(&db, &redis);
-        env.push(("OUTBOX__ADMIN__TOKEN".into(), TOKEN.into()));
-        env.push(("OUTBOX__ADMIN__READ_ONLY_TOKEN".into(), READ_TOKEN.into()));
-        env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
-        let relay = RelayProc::spawn("ui", &env);
-        relay
-            .wait_status("/healthz", 200, Duration::from_secs(20))
-            .await;
-        Ui { db, redis, relay }
-    }
-
-    pub fn base(&self) -> String {
-        self.relay.url("")
-    }
-
-    pub fn port(&self) -> u16 {
-        self.relay.admin_port
-    }
-
-    /// Logs in over plain HTTP; returns the `Cookie` header value and a page's CSRF token.
-    pub fn http_login(&self, token: &str) -> (String, String) {
-        let res = http::post(
-            self.port(),
-            "/login",
-            None,
-            &http::form(&[("token", token), ("next", "/")]),
-        );
-        assert_eq!(res.status, 303, "login: {}", res.body);
-        let cookie = res.session_cookie().expect("a session cookie");
-        let page = http::get(self.port(), "/", Some(&cookie));
-        assert_eq!(page.status, 200);
-        let csrf = http::csrf_of(&page.body);
-        (cookie, csrf)
-    }
-}
+use crate::support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn browser_logs_in_with_the_token_and_a_wrong_token_is_refused() {
-    let ui = Ui::start(&[]).await;
+    let ui = TokenRelay::start("ui", &[]).await;
     let b = Browser::start().await;
     // A page without a session sends the browser to the login page, remembering the page.
     b.goto(&format!("{}/streams", ui.base())).await;
@@ -68,7 +17,7 @@ async fn browser_logs_in_with_the_token_and_a_wrong_token_is_refused() {
     b.wait_text("That token is not accepted", Duration::from_secs(5))
         .await;
     assert!(b.path().await.starts_with("/login"));
-    b.login(&ui.base(), TOKEN).await;
+    b.login(&ui.base(), ADMIN_TOKEN).await;
     b.wait_text("Overview", Duration::from_secs(5)).await;
     assert_eq!(b.path().await, "/");
     assert_eq!(b.text(".badge").await, "admin");
@@ -82,28 +31,26 @@ async fn browser_logs_in_with_the_token_and_a_wrong_token_is_refused() {
 
 #[tokio::test]
 async fn the_session_cookie_is_httponly_strict_and_expires() {
-    let ui = Ui::start(&[]).await;
-    let port = ui.port();
+    let ui = TokenRelay::start("ui", &[]).await;
+    let http = ui.anonymous();
     // Pages redirect to the login page; the health endpoints stay open.
-    let res = http::get(port, "/streams?topic=a", None);
+    let res = http.get("/streams?topic=a");
     assert_eq!(res.status, 303);
     assert_eq!(
         res.header("location"),
         Some("/login?next=%2Fstreams%3Ftopic%3Da")
     );
-    assert_eq!(http::get(port, "/healthz", None).status, 200);
-    assert_eq!(http::get(port, "/login", None).status, 200);
+    assert_eq!(http.status("/healthz"), 200);
+    assert_eq!(http.status("/login"), 200);
     // A wrong token: 401, no cookie.
-    let res = http::post(port, "/login", None, &http::form(&[("token", "nope")]));
+    let res = http.post_form("/login", &form(&[("token", "nope")]));
     assert_eq!(res.status, 401);
     assert!(res.header("set-cookie").is_none());
     // The right one: a cookie with the contract's attributes, and a redirect to `next` only
     // when it is a local path.
-    let res = http::post(
-        port,
+    let res = http.post_form(
         "/login",
-        None,
-        &http::form(&[("token", TOKEN), ("next", "https://evil.example/")]),
+        &form(&[("token", ADMIN_TOKEN), ("next", "https://evil.example/")]),
     );
     assert_eq!(res.status, 303);
     assert_eq!(res.header("location"), Some("/"));
@@ -114,48 +61,33 @@ async fn the_session_cookie_is_httponly_strict_and_expires() {
     assert!(set.contains("Max-Age=43200"), "{set}");
     assert!(set.contains("Path=/"), "{set}");
     let cookie = res.session_cookie().expect("cookie");
-    let page = http::get(port, "/", Some(&cookie));
+    let page = http.cookie(&cookie).get("/");
     assert_eq!(page.status, 200);
     assert!(page
         .header("content-security-policy")
         .is_some_and(|c| c.contains("script-src 'self'")));
     // A tampered cookie is no session.
     let forged = format!("{cookie}x");
-    assert_eq!(http::get(port, "/", Some(&forged)).status, 303);
+    assert_eq!(http.cookie(&forged).get("/").status, 303);
     // htmx polling after the session ended is told to navigate to the login page.
-    let res = http::request(port, "GET", "/", &[("HX-Request", "true")], "");
+    let res = http.with("HX-Request", "true").get("/");
     assert_eq!(res.header("hx-redirect"), Some("/login"));
     // A login posted from another site is refused (login CSRF).
-    let res = http::request(
-        port,
-        "POST",
-        "/login",
-        &[("Origin", "https://evil.example")],
-        &http::form(&[("token", TOKEN)]),
-    );
+    let res = http
+        .with("Origin", "https://evil.example")
+        .post_form("/login", &form(&[("token", ADMIN_TOKEN)]));
     assert_eq!(res.status, 403);
 }
 
 #[tokio::test]
 async fn a_post_without_the_csrf_token_is_refused() {
-    let ui = Ui::start(&[]).await;
-    let (cookie, csrf) = ui.http_login(TOKEN);
-    let port = ui.port();
-    let res = http::post(port, "/logout", Some(&cookie), "");
+    let ui = TokenRelay::start("ui", &[]).await;
+    let (session, csrf) = ui.login(ADMIN_TOKEN);
+    let res = session.post_form("/logout", "");
     assert_eq!(res.status, 403, "logout without csrf");
-    let res = http::post(
-        port,
-        "/logout",
-        Some(&cookie),
-        &http::form(&[("csrf", "x")]),
-    );
+    let res = session.post_form("/logout", &form(&[("csrf", "x")]));
     assert_eq!(res.status, 403, "logout with a wrong csrf");
-    let res = http::post(
-        port,
-        "/logout",
-        Some(&cookie),
-        &http::form(&[("csrf", &csrf)]),
-    );
+    let res = session.post_form("/logout", &form(&[("csrf", &csrf)]));
     assert_eq!(res.status, 303);
     assert!(res
         .header("set-cookie")
@@ -167,28 +99,28 @@ async fn without_a_token_the_ui_is_open_on_loopback() {
     let db = TestDb::new().await;
     let redis = TestRedis::shared();
     let relay = RelayProc::spawn("open", &base_env(&db, &redis));
-    relay
-        .wait_status("/healthz", 200, Duration::from_secs(20))
+    let http = relay.http();
+    http.wait_status("/healthz", 200, Duration::from_secs(20))
         .await;
     // No login form: the login page hands out an admin session at once.
-    let res = http::get(relay.admin_port, "/login?next=%2Freplicas", None);
+    let res = http.get("/login?next=%2Freplicas");
     assert_eq!(res.status, 303);
     assert_eq!(res.header("location"), Some("/replicas"));
     let cookie = res.session_cookie().expect("cookie");
-    let page = http::get(relay.admin_port, "/", Some(&cookie));
+    let page = http.cookie(&cookie).get("/");
     assert_eq!(page.status, 200);
     assert!(!page.body.contains("Log out"));
 }
 
 #[tokio::test]
 async fn the_login_page_refuses_an_address_after_too_many_wrong_tokens() {
-    let ui = Ui::start(&[("OUTBOX__ADMIN__FAILED_LOGINS_PER_MINUTE", "2")]).await;
-    let port = ui.port();
+    let ui = TokenRelay::start("ui", &[("OUTBOX__ADMIN__FAILED_LOGINS_PER_MINUTE", "2")]).await;
+    let http = ui.anonymous();
     for _ in 0..2 {
-        let res = http::post(port, "/login", None, &http::form(&[("token", "guess")]));
+        let res = http.post_form("/login", &form(&[("token", "guess")]));
         assert_eq!(res.status, 401);
     }
-    let res = http::post(port, "/login", None, &http::form(&[("token", TOKEN)]));
+    let res = http.post_form("/login", &form(&[("token", ADMIN_TOKEN)]));
     assert_eq!(res.status, 429);
     assert!(
         res.header("set-cookie").is_none(),

@@ -5,15 +5,14 @@
 use std::time::Duration;
 
 use super::browser::Browser;
-use super::http;
-use super::login::{Ui, TOKEN};
+use crate::support::*;
 
 const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/screenshots");
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "writes docs/screenshots; run with `make screenshots`"]
 async fn screenshots() {
-    let ui = Ui::start(&[("OUTBOX__RETRY__MAX_ATTEMPTS", "2")]).await;
+    let ui = TokenRelay::start("ui", &[("OUTBOX__RETRY__MAX_ATTEMPTS", "2")]).await;
     let mut r = ui.redis.conn().await;
     let _: () = redis::cmd("SET")
         .arg(ui.redis.stream("demo.poison"))
@@ -63,13 +62,8 @@ async fn screenshots() {
         .query_async(&mut r)
         .await
         .expect("xreadgroup");
-    let (cookie, csrf) = ui.http_login(TOKEN);
-    let res = http::post(
-        ui.port(),
-        "/topics/patient.admitted/pause",
-        Some(&cookie),
-        &http::form(&[("csrf", &csrf)]),
-    );
+    let (session, csrf) = ui.login(ADMIN_TOKEN);
+    let res = session.post_form("/topics/patient.admitted/pause", &form(&[("csrf", &csrf)]));
     assert_eq!(res.status, 303);
     ui.db
         .exec("INSERT INTO outbox (topic, payload, partition_key) SELECT 'patient.admitted', jsonb_build_object('patient', 'p-' || i), 'p-' || i FROM generate_series(1, 4) AS i")
@@ -82,7 +76,7 @@ async fn screenshots() {
     b.goto(&format!("{base}/login")).await;
     b.find("#token").await;
     b.screenshot(&format!("{DIR}/login.png")).await;
-    b.login(&base, TOKEN).await;
+    b.login(&base, ADMIN_TOKEN).await;
     b.wait_text("Topics", Duration::from_secs(10)).await;
     b.screenshot(&format!("{DIR}/overview.png")).await;
     let keyed = ui
@@ -120,7 +114,7 @@ async fn screenshots() {
     b.close().await;
 }
 
-async fn event_id(ui: &Ui, seq: i64) -> String {
+async fn event_id(ui: &TokenRelay, seq: i64) -> String {
     use diesel_async::RunQueryDsl;
     #[derive(diesel::QueryableByName)]
     struct Id {
