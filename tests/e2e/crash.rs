@@ -21,6 +21,7 @@ async fn sigkill_loop_loses_nothing_doubles_nothing_keeps_order() {
     let started = Instant::now();
     let mut kills = 0;
     while !producer.is_finished() || kills < 10 {
+        // A kill every 300 ms, while the producer writes and after.
         tokio::time::sleep(Duration::from_millis(300)).await;
         let victim = kills % relays.len();
         relays[victim].kill9();

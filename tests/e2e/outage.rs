@@ -5,6 +5,9 @@ use std::time::Duration;
 
 use crate::support::*;
 
+/// Claim cycles rolled back by an outage.
+const OUTAGE_CYCLES: &str = "outbox_outage_cycles_total";
+
 #[tokio::test(flavor = "multi_thread")]
 async fn redis_outage_burns_no_attempts_and_recovers() {
     let db = TestDb::new().await;
@@ -28,8 +31,17 @@ async fn redis_outage_burns_no_attempts_and_recovers() {
         200,
         "alive while not ready"
     );
+    let http = relay.http();
+    let failed = http.metric(OUTAGE_CYCLES).unwrap_or(0.0);
     insert_events(&db, 300, 2, 10).await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Only a cycle that claimed the new events can fail (an empty claim never reaches Redis):
+    // two of them, the second after the claim loop's backoff, have rolled back.
+    http.wait_metric(
+        OUTAGE_CYCLES,
+        |n| n >= failed + 2.0,
+        Duration::from_secs(20),
+    )
+    .await;
     assert_eq!(db.pending().await, 300);
     assert_eq!(
         db.scalar("SELECT count(*) FROM outbox WHERE attempts > 0 OR dead_at IS NOT NULL")

@@ -26,7 +26,15 @@ async fn postgres_restart_is_survived_without_burning_attempts() {
         .http()
         .wait_status("/readyz", 503, Duration::from_secs(20))
         .await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // The claim loop keeps failing meanwhile: wait for one more failed cycle.
+    let http = relay.http();
+    let failed = http.metric("outbox_outage_cycles_total").unwrap_or(0.0);
+    http.wait_metric(
+        "outbox_outage_cycles_total",
+        |n| n > failed,
+        Duration::from_secs(30),
+    )
+    .await;
     assert_eq!(
         relay.http().status("/healthz"),
         200,

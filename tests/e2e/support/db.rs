@@ -5,9 +5,11 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use diesel::connection::SimpleConnection;
+use diesel::pg::PgNotification;
 use diesel::Connection;
 use diesel_async::async_connection_wrapper::AsyncConnectionWrapper;
 use diesel_async::{AsyncConnection, AsyncPgConnection, SimpleAsyncConnection};
+use futures::{Stream, StreamExt};
 use uuid::Uuid;
 
 use super::free_port;
@@ -127,6 +129,53 @@ impl TestDb {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
+    /// Returns once a claim cycle that began after this call has committed: a sentinel event
+    /// inserted now is published (then its row is deleted, so counts are as before; its
+    /// stream entry stays, under the `e2e.sentinel` topic). Everything committed before the
+    /// call was in that cycle's snapshot: a test waits on this before asserting that
+    /// something was *not* published.
+    pub async fn wait_for_a_claim_cycle(&self, timeout: Duration) {
+        let marker = Uuid::new_v4();
+        self.exec(&format!(
+            "INSERT INTO outbox (topic, payload) VALUES ('e2e.sentinel', '{{\"marker\": \"{marker}\"}}')"
+        ))
+        .await;
+        // In delete mode the row is gone once published: count the unpublished ones.
+        let waiting = format!(
+            "SELECT count(*) FROM outbox WHERE payload->>'marker' = '{marker}' AND published_at IS NULL"
+        );
+        self.wait_for(&waiting, 0, timeout).await;
+        self.exec(&format!(
+            "DELETE FROM outbox WHERE payload->>'marker' = '{marker}'"
+        ))
+        .await;
+    }
+
+    /// The payloads of the `outbox_events` notifications that arrive before a marker NOTIFY
+    /// this call sends. Postgres delivers notifications in commit order, so these are all
+    /// the ones sent by transactions committed before the call; a test asserts on them
+    /// instead of waiting some time for a NOTIFY that should not come.
+    pub async fn notifications_before_marker<S>(&self, notifications: &mut S) -> Vec<String>
+    where
+        S: Stream<Item = diesel::QueryResult<PgNotification>> + Unpin,
+    {
+        let marker = format!("e2e-marker-{}", Uuid::new_v4().simple());
+        self.exec(&format!("NOTIFY outbox_events, '{marker}'"))
+            .await;
+        let mut before = Vec::new();
+        loop {
+            let next = tokio::time::timeout(Duration::from_secs(10), notifications.next()).await;
+            let payload = match next {
+                Ok(Some(Ok(n))) => n.payload,
+                other => panic!("the marker NOTIFY never arrived: {other:?}"),
+            };
+            if payload == marker {
+                return before;
+            }
+            before.push(payload);
+        }
+    }
+
     /// Inserts an event of `topic` dead after 10 attempts with `error` (as the relay would
     /// leave it), `payload_sql` its payload as an SQL expression; returns its id.
     pub async fn dead_event(

@@ -195,6 +195,22 @@ impl Http {
             (name == series).then(|| value.parse().ok()).flatten()
         })
     }
+
+    /// Waits until the series `series` of `/metrics` (absent counts as 0) satisfies `want`;
+    /// panics after `timeout`.
+    pub async fn wait_metric(&self, series: &str, want: impl Fn(f64) -> bool, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let got = self.metric(series).unwrap_or(0.0);
+            if want(got) {
+                return;
+            }
+            if Instant::now() > deadline {
+                panic!("{series} never got where the test waited for; last {got}");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
 }
 
 fn parse(raw: &[u8]) -> Option<Resp> {

@@ -125,7 +125,7 @@ async fn pause_and_resume_a_topic_from_the_overview() {
             "INSERT INTO outbox (topic, payload) SELECT 'orders', '{}' FROM generate_series(1, 5)",
         )
         .await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    ui.db.wait_for_a_claim_cycle(WAIT).await;
     assert_eq!(ui.db.pending().await, 5, "a paused topic is held");
     assert_eq!(ui.redis.xlen("orders").await, 3);
     b.click("tr[data-topic=orders] button.resume").await;

@@ -68,8 +68,14 @@ async fn screenshots() {
     ui.db
         .exec("INSERT INTO outbox (topic, payload, partition_key) SELECT 'patient.admitted', jsonb_build_object('patient', 'p-' || i), 'p-' || i FROM generate_series(1, 4) AS i")
         .await;
-    // Let a few heartbeats report the throughput.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Wait until a heartbeat has reported the throughput (every event published so far).
+    ui.db
+        .wait_for(
+            "SELECT (sum(published_last_minute) >= 60)::int FROM outbox_replicas",
+            1,
+            Duration::from_secs(30),
+        )
+        .await;
 
     let b = Browser::start().await;
     let base = ui.base();
