@@ -121,10 +121,7 @@ async fn poll_only_delivers_without_listen() {
     let mut env = base_env(&db, &redis);
     env.push(("OUTBOX__RELAY__POLL_ONLY".into(), "true".into()));
     let relay = RelayProc::spawn("poller", &env);
-    relay
-        .http()
-        .wait_status("/readyz", 200, Duration::from_secs(20))
-        .await;
+    relay.wait_ready(Duration::from_secs(20)).await;
     insert_events(&db, 500, 2, 10).await;
     db.wait_until_published(Duration::from_secs(20)).await;
     assert_eq!(

@@ -5,19 +5,13 @@ use std::time::Duration;
 
 use crate::support::*;
 
-/// Claim cycles rolled back by an outage.
-const OUTAGE_CYCLES: &str = "outbox_outage_cycles_total";
-
 #[tokio::test(flavor = "multi_thread")]
 async fn redis_outage_burns_no_attempts_and_recovers() {
     let db = TestDb::new().await;
     let mut server = OwnRedis::start();
     let redis = TestRedis::on(&server.url());
     let relay = RelayProc::spawn("outage", &base_env(&db, &redis));
-    relay
-        .http()
-        .wait_status("/readyz", 200, Duration::from_secs(20))
-        .await;
+    relay.wait_ready(Duration::from_secs(20)).await;
     insert_events(&db, 200, 2, 10).await;
     db.wait_until_published(Duration::from_secs(30)).await;
 
@@ -31,17 +25,13 @@ async fn redis_outage_burns_no_attempts_and_recovers() {
         200,
         "alive while not ready"
     );
-    let http = relay.http();
-    let failed = http.metric(OUTAGE_CYCLES).unwrap_or(0.0);
+    let failed = relay.outage_cycles();
     insert_events(&db, 300, 2, 10).await;
     // Only a cycle that claimed the new events can fail (an empty claim never reaches Redis):
     // two of them, the second after the claim loop's backoff, have rolled back.
-    http.wait_metric(
-        OUTAGE_CYCLES,
-        |n| n >= failed + 2.0,
-        Duration::from_secs(20),
-    )
-    .await;
+    relay
+        .wait_outage_cycles_over(failed + 1.0, Duration::from_secs(20))
+        .await;
     assert_eq!(db.pending().await, 300);
     assert_eq!(
         db.scalar("SELECT count(*) FROM outbox WHERE attempts > 0 OR dead_at IS NOT NULL")
@@ -51,10 +41,7 @@ async fn redis_outage_burns_no_attempts_and_recovers() {
     );
 
     server.restart();
-    relay
-        .http()
-        .wait_status("/readyz", 200, Duration::from_secs(30))
-        .await;
+    relay.wait_ready(Duration::from_secs(30)).await;
     db.wait_until_published(Duration::from_secs(30)).await;
     // The restarted server kept nothing: its streams hold exactly the 300 written after.
     assert_eq!(redis.xlen("t0").await + redis.xlen("t1").await, 300);
@@ -83,9 +70,6 @@ async fn starts_while_redis_is_down_and_catches_up() {
         .await;
     server.restart();
     db.wait_until_published(Duration::from_secs(30)).await;
-    relay
-        .http()
-        .wait_status("/readyz", 200, Duration::from_secs(20))
-        .await;
+    relay.wait_ready(Duration::from_secs(20)).await;
     assert_eq!(redis.xlen("t0").await, 100);
 }

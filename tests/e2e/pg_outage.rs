@@ -14,10 +14,7 @@ async fn postgres_restart_is_survived_without_burning_attempts() {
     let db = TestDb::at(&pg.url());
     let redis = TestRedis::shared();
     let relay = RelayProc::spawn("pg-outage", &base_env(&db, &redis));
-    relay
-        .http()
-        .wait_status("/readyz", 200, Duration::from_secs(20))
-        .await;
+    relay.wait_ready(Duration::from_secs(20)).await;
     insert_events(&db, 100, 1, 5).await;
     db.wait_until_published(Duration::from_secs(20)).await;
 
@@ -27,14 +24,10 @@ async fn postgres_restart_is_survived_without_burning_attempts() {
         .wait_status("/readyz", 503, Duration::from_secs(20))
         .await;
     // The claim loop keeps failing meanwhile: wait for one more failed cycle.
-    let http = relay.http();
-    let failed = http.metric("outbox_outage_cycles_total").unwrap_or(0.0);
-    http.wait_metric(
-        "outbox_outage_cycles_total",
-        |n| n > failed,
-        Duration::from_secs(30),
-    )
-    .await;
+    let failed = relay.outage_cycles();
+    relay
+        .wait_outage_cycles_over(failed, Duration::from_secs(30))
+        .await;
     assert_eq!(
         relay.http().status("/healthz"),
         200,
@@ -42,10 +35,7 @@ async fn postgres_restart_is_survived_without_burning_attempts() {
     );
 
     pg.restart();
-    relay
-        .http()
-        .wait_status("/readyz", 200, Duration::from_secs(30))
-        .await;
+    relay.wait_ready(Duration::from_secs(30)).await;
     insert_events(&db, 100, 1, 5).await;
     db.wait_until_published(Duration::from_secs(30)).await;
     assert_eq!(redis.xlen("t0").await, 200);

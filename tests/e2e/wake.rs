@@ -109,10 +109,7 @@ async fn while_quiet_the_relay_polls_on_its_own() {
     // Any trickle counts as busy: the first event's NOTIFY starts it, then it is quiet.
     env.push(("OUTBOX__RELAY__QUIET_ABOVE".into(), "1".into()));
     let relay = RelayProc::spawn("quiet-poll", &env);
-    relay
-        .http()
-        .wait_status("/readyz", 200, Duration::from_secs(20))
-        .await;
+    relay.wait_ready(Duration::from_secs(20)).await;
     let mut saw_quiet = false;
     for n in 0..30 {
         db.exec(&format!(

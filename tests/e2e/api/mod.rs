@@ -26,3 +26,8 @@ fn audit_actions(api: &TokenRelay) -> Vec<String> {
     actions.reverse();
     actions
 }
+
+/// Inserts a dead event with an empty payload (as the relay would leave it); returns its id.
+async fn dead_event(api: &TokenRelay, topic: &str, key: Option<&str>, error: &str) -> String {
+    api.db.dead_event(topic, key, "'{}'", error).await
+}

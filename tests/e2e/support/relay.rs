@@ -9,6 +9,8 @@ use super::{form, free_port, Http, TestDb, TestRedis};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_outbox-relay");
 
+const OUTAGE_CYCLES: &str = "outbox_outage_cycles_total";
+
 /// `admin.token` of a [`TokenRelay`]: full rights.
 pub const ADMIN_TOKEN: &str = "s3cret-admin";
 /// `admin.read_only_token` of a [`TokenRelay`]: a viewer.
@@ -68,6 +70,23 @@ impl RelayProc {
         Http::new(self.admin_port)
     }
 
+    /// Waits until `/readyz` answers 200: Postgres and Redis reachable, claim loop healthy.
+    pub async fn wait_ready(&self, timeout: Duration) {
+        self.http().wait_status("/readyz", 200, timeout).await
+    }
+
+    /// Claim cycles it has rolled back on an outage so far (`outbox_outage_cycles_total`).
+    pub fn outage_cycles(&self) -> f64 {
+        self.http().metric(OUTAGE_CYCLES).unwrap_or(0.0)
+    }
+
+    /// Waits until it has rolled back more than `n` claim cycles on an outage.
+    pub async fn wait_outage_cycles_over(&self, n: f64, timeout: Duration) {
+        self.http()
+            .wait_metric(OUTAGE_CYCLES, |got| got > n, timeout)
+            .await
+    }
+
     pub fn kill9(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
@@ -121,10 +140,7 @@ impl TokenRelay {
         ));
         env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
         let relay = RelayProc::spawn(name, &env);
-        relay
-            .http()
-            .wait_status("/readyz", 200, Duration::from_secs(30))
-            .await;
+        relay.wait_ready(Duration::from_secs(30)).await;
         TokenRelay { db, redis, relay }
     }
 
