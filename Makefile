@@ -27,11 +27,11 @@ test: services browser ## run every test against the local Postgres and Redis (U
 	cargo build --all-targets $(TEST_FEATURES)
 	cargo test $(TEST_FEATURES) --no-fail-fast -- --test-threads=4
 
-test-ui: services browser ## only the web UI tests (tests/ui.rs)
-	cargo test --test ui
+test-ui: services browser ## only the web UI tests (the `ui` module of tests/e2e)
+	cargo test --test e2e ui::
 
 screenshots: services browser ## retake docs/screenshots/*.png of every UI page
-	cargo test --test ui -- --ignored screenshots
+	cargo test --test e2e ui::screenshots -- --ignored
 
 BENCH_ARGS ?= --repeat 3
 bench: services ## measure speed (release build): drain, latency, replicas, hot key, references, median of 3 rounds; JSON in bench-results/

@@ -1,0 +1,80 @@
+//! Bad input is a 4xx with `{"error"}`, never a 500; a Postgres outage is a 503.
+
+use crate::support::*;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_input_is_a_4xx_json_error_never_a_500() {
+    let api = TokenRelay::start("api-bad", &[]).await;
+    let id = "00000000-0000-0000-0000-000000000000";
+    let big = format!(r#"{{"topic":"t","payload":"{}"}}"#, "x".repeat(1_100_000));
+    let cases: Vec<(&str, String, Option<String>, u16)> = vec![
+        ("POST", "/api/v1/events".into(), Some(r#"{"topic":"t","payload":"#.into()), 400),
+        ("POST", "/api/v1/events".into(), Some(r#"{"payload":{}}"#.into()), 400),
+        ("POST", "/api/v1/events".into(), Some(r#"{"topic":"a b","payload":{}}"#.into()), 400),
+        ("POST", "/api/v1/events".into(), Some(format!(r#"{{"topic":"{}","payload":{{}}}}"#, "x".repeat(256))), 400),
+        ("POST", "/api/v1/events".into(), Some(r#"{"topic":"t","payload":{},"headers":[1]}"#.into()), 400),
+        ("POST", "/api/v1/events".into(), Some(r#"{"topic":"t","payload":{},"extra":1}"#.into()), 400),
+        ("POST", "/api/v1/events".into(), Some(big), 413),
+        ("GET", "/api/v1/events/not-a-uuid".into(), None, 400),
+        ("POST", "/api/v1/events/not-a-uuid/retry".into(), None, 400),
+        ("GET", format!("/api/v1/events/{id}"), None, 404),
+        ("GET", "/api/v1/events?limit=0".into(), None, 400),
+        ("GET", "/api/v1/events?limit=1001".into(), None, 400),
+        ("GET", "/api/v1/events?limit=ten".into(), None, 400),
+        ("GET", "/api/v1/events?after=-5".into(), None, 400),
+        ("GET", "/api/v1/events?after=abc".into(), None, 400),
+        ("GET", "/api/v1/events?status=lost".into(), None, 400),
+        ("GET", "/api/v1/events?stauts=dead".into(), None, 400),
+        ("GET", "/api/v1/audit?after=x".into(), None, 400),
+        ("GET", "/api/v1/dead/groups?dead_after=yesterday".into(), None, 400),
+        ("POST", "/api/v1/dead/retry".into(), Some(r#"{"filter":{"colour":"red"}}"#.into()), 400),
+        ("POST", "/api/v1/dead/retry".into(), Some(r#"{"filter":{"dead_after":"2026-01-02T00:00:00Z","dead_before":"2026-01-01T00:00:00Z"}}"#.into()), 400),
+        ("PUT", "/api/v1/topics/t".into(), Some(r#"{"paused":false,"maxlen":0}"#.into()), 400),
+        ("PUT", "/api/v1/topics/t".into(), Some(r#"{"paused":"yes"}"#.into()), 400),
+        ("POST", "/api/v1/topics/%20/pause".into(), None, 400),
+        ("GET", "/api/v1/no/such/route".into(), None, 404),
+    ];
+    for (method, path, body, want) in cases {
+        let r = api.admin().call(method, &path, body.as_deref());
+        assert_eq!(r.status, want, "{method} {path}: {:?}", r.json);
+        assert!(
+            r.json["error"].is_string(),
+            "{method} {path}: {{\"error\"}} body"
+        );
+    }
+    let r = api
+        .admin()
+        .with("Idempotency-Key", "")
+        .post("/api/v1/events", Some(r#"{"topic":"t","payload":{}}"#));
+    assert_eq!(r.status, 400);
+    // Not JSON at all (no Content-Type) is refused too.
+    let r = api.admin().post("/api/v1/events", None);
+    assert_eq!(r.status, 400);
+    assert_eq!(
+        api.db.scalar("SELECT count(*) FROM outbox").await,
+        0,
+        "nothing stored"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn postgres_outage_answers_503() {
+    let db = TestDb::at(&format!(
+        "postgres://postgres@127.0.0.1:{}/gone",
+        free_port()
+    ));
+    let redis = TestRedis::shared();
+    let mut env = base_env(&db, &redis);
+    env.push(("OUTBOX__ADMIN__TOKEN".into(), ADMIN_TOKEN.into()));
+    let relay = RelayProc::spawn("api-outage", &env);
+    relay
+        .http()
+        .wait_status("/healthz", 200, std::time::Duration::from_secs(20))
+        .await;
+    let admin = relay.http().bearer(ADMIN_TOKEN);
+    for path in ["/api/v1/stats", "/api/v1/events", "/api/v1/replicas"] {
+        let r = admin.get(path);
+        assert_eq!(r.status, 503, "{path}");
+        assert!(r.json["error"].is_string());
+    }
+}

@@ -1,0 +1,119 @@
+//! A short run of `outbox-relay bench`, so the benchmark cannot rot. It checks that every
+//! scenario runs and reports its figures; it asserts no speed.
+
+use std::process::Command;
+
+use crate::support::BIN;
+
+#[test]
+fn bench_runs_every_scenario_and_writes_json() {
+    let out_dir = tempfile::tempdir().expect("tempdir");
+    let out = Command::new(BIN)
+        .args([
+            "bench",
+            "--events",
+            "2000",
+            "--rates",
+            "200",
+            "--polled-rates",
+            "300",
+            "--notify-always-rates",
+            "250",
+            "--bloat-rows",
+            "5000",
+            "--repeat",
+            "2",
+            "--duration",
+            "2s",
+            "--out",
+        ])
+        .arg(out_dir.path())
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run bench");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for scenario in [
+        "drain (keep rows)",
+        "drain (delete mode)",
+        "replicas: 3",
+        "hot key",
+        "baseline: seed algorithm",
+        "ceiling: relay SQL",
+        "latency at 200/s",
+        "latency at 300/s, poll 10ms",
+        "latency at 250/s, NOTIFY always",
+        "bloat: behind 5000 published rows",
+        "bloat / clean drain",
+        "drain / seed algorithm",
+        "drain / ceiling",
+    ] {
+        assert!(stdout.contains(scenario), "missing {scenario}:\n{stdout}");
+    }
+    let json = std::fs::read_dir(out_dir.path())
+        .expect("out dir")
+        .filter_map(|e| e.ok())
+        .find(|e| e.path().extension().is_some_and(|x| x == "json"))
+        .expect("a JSON result");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(json.path()).expect("read")).expect("json");
+    let figures = report["figures"].as_array().expect("figures");
+    assert_eq!(figures.len(), 12);
+    // Every measured span says what it cost the machine: cores busy (of this machine's) and
+    // Redis CPU, so a speed figure can be read against saturation.
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+    for f in figures {
+        let busy = f["busy_cores"].as_f64().unwrap_or(-1.0);
+        assert!(busy > 0.0 && busy <= cores + 0.01, "busy cores of {f}");
+        assert!(
+            f["redis_cpu_seconds"].as_f64().is_some(),
+            "redis cpu of {f}"
+        );
+    }
+    // Two rounds: each throughput scenario reports its median and both rounds.
+    let keep = figures
+        .iter()
+        .find(|f| f["scenario"] == "drain (keep rows)")
+        .expect("drain");
+    let rounds = keep["rounds_events_per_sec"].as_array().expect("rounds");
+    assert_eq!(rounds.len(), 2, "{keep}");
+    assert!(rounds
+        .iter()
+        .any(|r| r.as_f64() == keep["events_per_sec"].as_f64()));
+    // The ratios are taken round by round (the ceiling runs beside the drain in each round),
+    // and their value is the median of the rounds' ratios.
+    let ratios = report["ratios"].as_array().expect("ratios");
+    let ceiling = ratios
+        .iter()
+        .find(|r| r["name"] == "drain / ceiling")
+        .expect("drain / ceiling in the JSON");
+    let per_round: Vec<f64> = ceiling["rounds"]
+        .as_array()
+        .expect("rounds of the ratio")
+        .iter()
+        .filter_map(|r| r.as_f64())
+        .collect();
+    assert_eq!(per_round.len(), 2, "{ceiling}");
+    let value = ceiling["value"].as_f64().expect("value");
+    assert!(
+        (value - (per_round[0] + per_round[1]) / 2.0).abs() < 1e-9,
+        "{ceiling}"
+    );
+    let latency = figures
+        .iter()
+        .find(|f| f["scenario"] == "latency at 200/s")
+        .expect("latency");
+    assert_eq!(latency["events"], 400, "every produced event was received");
+    assert!(latency["p99_ms"].as_f64().is_some());
+    let polled = figures
+        .iter()
+        .find(|f| f["scenario"] == "latency at 300/s, poll 10ms")
+        .expect("polled latency");
+    assert_eq!(polled["events"], 600, "every produced event was received");
+    let svg = std::fs::read_to_string(json.path().with_extension("svg")).expect("an SVG chart");
+    assert!(svg.starts_with("<svg") && svg.contains("hot key"), "{svg}");
+}

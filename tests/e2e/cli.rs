@@ -1,0 +1,139 @@
+//! The command line: bad settings exit 2 with one clear line; concurrent `migrate` is safe;
+//! `--help` works everywhere.
+
+use std::process::{Command, Output};
+
+use crate::support::*;
+
+fn relay(args: &[&str], env: &[(&str, &str)]) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .env_clear()
+        .envs(env.iter().copied())
+        .output()
+        .expect("run binary")
+}
+
+fn assert_config_error(out: &Output, setting: &str) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "stderr: {stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
+    assert!(stderr.contains(setting), "names {setting}: {stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+#[test]
+fn bad_settings_exit_2_naming_the_setting() {
+    let db = ("DATABASE_URL", "postgres://postgres@127.0.0.1/none");
+    assert_config_error(&relay(&["run"], &[]), "database.url");
+    assert_config_error(
+        &relay(&["run"], &[("DATABASE_URL", "not a url")]),
+        "database.url",
+    );
+    assert_config_error(
+        &relay(&["run"], &[db, ("OUTBOX__RETRY__MAX_ATTEMPTS", "many")]),
+        "retry.max_attempts",
+    );
+    assert_config_error(
+        &relay(&["run"], &[db, ("OUTBOX__RETRY__BASE", "soon")]),
+        "retry.base",
+    );
+    assert_config_error(
+        &relay(&["run"], &[db, ("OUTBOX__RELAY__LEASES", "1s")]),
+        "relay.leases",
+    );
+    assert_config_error(
+        &relay(&["run"], &[db, ("REDIS_URL", "http://x")]),
+        "redis.url",
+    );
+    assert_config_error(
+        &relay(&["run"], &[db, ("OUTBOX__ADMIN__ADDR", "nowhere")]),
+        "admin.addr",
+    );
+    assert_config_error(
+        &relay(&["run"], &[db, ("OUTBOX__ADMIN__ADDR", "0.0.0.0:8080")]),
+        "admin.token",
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("bad.toml");
+    std::fs::write(&file, "[retention]\npublished_for = \"forever\"\n").expect("write");
+    let path = file.to_string_lossy().to_string();
+    assert_config_error(
+        &relay(&["migrate", "--config", &path], &[db]),
+        "retention.published_for",
+    );
+    assert_config_error(
+        &relay(&["run", "--config", "/nonexistent.toml"], &[db]),
+        "--config",
+    );
+}
+
+#[test]
+fn help_works_for_every_command() {
+    let top = relay(&["--help"], &[]);
+    assert_eq!(top.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&top.stdout);
+    for command in ["migrate", "run", "demo", "bench"] {
+        assert!(text.contains(command), "{text}");
+    }
+    for args in [
+        ["run", "--help"],
+        ["migrate", "--help"],
+        ["demo", "--help"],
+        ["bench", "--help"],
+    ] {
+        let out = relay(&args, &[]);
+        assert_eq!(out.status.code(), Some(0), "{args:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains("--config"),
+            "{args:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn concurrent_migrate_is_safe_and_idempotent() {
+    let db = TestDb::empty().await;
+    let children: Vec<_> = (0..4)
+        .map(|_| {
+            Command::new(BIN)
+                .arg("migrate")
+                .env_clear()
+                .env("DATABASE_URL", &db.url)
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .expect("spawn migrate")
+        })
+        .collect();
+    for child in children {
+        let out = child.wait_with_output().expect("wait");
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let migrations = std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/migrations"))
+        .expect("migrations dir")
+        .count() as i64;
+    assert_eq!(
+        db.scalar("SELECT count(*) FROM __diesel_schema_migrations")
+            .await,
+        migrations,
+        "each migration applied exactly once"
+    );
+    assert_eq!(db.scalar("SELECT count(*) FROM outbox").await, 0);
+    // The outbox is vacuumed as a queue, not at Postgres's default 20% of dead rows.
+    assert_eq!(
+        db.scalar(
+            "SELECT count(*) FROM pg_class WHERE relname = 'outbox'
+               AND 'autovacuum_vacuum_scale_factor=0' = ANY (reloptions)
+               AND 'autovacuum_vacuum_threshold=10000' = ANY (reloptions)"
+        )
+        .await,
+        1
+    );
+    let again = relay(&["migrate"], &[("DATABASE_URL", &db.url)]);
+    assert_eq!(again.status.code(), Some(0));
+}

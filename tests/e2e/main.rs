@@ -1,0 +1,50 @@
+//! The end-to-end tests, one binary: the real `outbox-relay` binary (or the library's claim
+//! and publish functions) against a real Postgres (127.0.0.1:5432) and Redis (127.0.0.1:6379),
+//! each test on a database of its own and a Redis key prefix (or a redis-server) of its own.
+//! `cargo test --test e2e MODULE::` runs one area, e.g. `cargo test --test e2e ui::`.
+//!
+//! | module | covers |
+//! |---|---|
+//! | [`delivery`] | exactly once with intact fields, rollbacks, delete mode, no prepared statements, `available_at`, maxlen |
+//! | [`ordering`] | per-key order with three relays and two producers; a hot key moves in whole runs |
+//! | [`claim`] | concurrent claim transactions, claim slots, the head/run snapshot race, the byte budget |
+//! | [`big_events`] | megabyte events drain in bounded memory |
+//! | [`dedup`] | the publish script's dedup windows and the retired sets' freeing |
+//! | [`wake`] | producers' NOTIFY quieted while a relay drains, and back after |
+//! | [`crash`] | SIGKILL of relays in a loop: nothing lost, nothing doubled |
+//! | [`outage`] | a Redis outage (own redis-server): no attempt burnt, recovery |
+//! | [`pg_outage`] | a Postgres outage (own server): the process survives, recovery |
+//! | [`poison`] | failing events retried then dead while others flow; a key waits for its head |
+//! | [`lease`] | a hung replica's claim taken over; claim slots; poll-only; NOTIFY off |
+//! | [`retention`] | retention deletes old published rows only; paused topics |
+//! | [`shutdown`] | SIGTERM exits 0 and another replica takes over |
+//! | [`supervision`] | a panicking actor restarted, a dead one ends the process (70), a stalled loop fails `/healthz`, `/readyz` during an outage, the first scrape |
+//! | [`cli`] | bad settings exit 2, `--help`, concurrent `migrate` |
+//! | [`demo`] | `outbox-relay demo` end to end |
+//! | [`bench_smoke`] | a short `outbox-relay bench` run |
+//! | [`api`] | the admin JSON API: auth, validation, pagination, idempotency, steering, audit |
+//! | [`ui`] | the web UI in headless Chromium and over plain HTTP |
+//!
+//! [`support`] holds the shared helpers, by concern: databases, Redis, relay processes,
+//! test traffic, HTTP.
+
+pub mod api;
+mod bench_smoke;
+mod big_events;
+mod claim;
+mod cli;
+mod crash;
+mod dedup;
+mod delivery;
+mod demo;
+mod lease;
+mod ordering;
+mod outage;
+mod pg_outage;
+mod poison;
+mod retention;
+mod shutdown;
+mod supervision;
+pub mod support;
+pub mod ui;
+mod wake;

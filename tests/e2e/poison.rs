@@ -1,0 +1,166 @@
+//! Poison events: retried with backoff, dead after max attempts, while other topics and keys
+//! flow; later events of a poisoned key wait for it, then flow once it is dead.
+
+use std::time::{Duration, Instant};
+
+use crate::support::*;
+use redis::AsyncCommands;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn wrongtype_events_die_after_max_attempts_while_others_flow() {
+    wrongtype_case(true).await;
+}
+
+/// The same with `relay.overlap_mark = false`: publish first, then mark.
+#[tokio::test(flavor = "multi_thread")]
+async fn wrongtype_events_die_the_same_when_publishing_first() {
+    wrongtype_case(false).await;
+}
+
+/// Poison shares batches with good events. With the overlapped mark every such batch is
+/// rolled back and redone: the good events must still land once each, and must not be
+/// reported as crash-recovery duplicates.
+async fn wrongtype_case(overlap: bool) {
+    let db = TestDb::new().await;
+    let redis = TestRedis::shared();
+    let mut c = redis.conn().await;
+    let _: () = c
+        .set(redis.stream("bad"), "not a stream")
+        .await
+        .expect("plant poison");
+    let mut env = base_env(&db, &redis);
+    env.push(("OUTBOX__RETRY__MAX_ATTEMPTS".into(), "3".into()));
+    env.push(("OUTBOX__RELAY__OVERLAP_MARK".into(), overlap.to_string()));
+    db.exec(
+        "INSERT INTO outbox (topic, payload, partition_key) VALUES
+           ('bad', '{\"n\":1}', 'kb'), ('bad', '{\"n\":2}', 'kb'), ('bad', '{\"n\":3}', NULL)",
+    )
+    .await;
+    insert_events(&db, 2_000, 2, 10).await;
+    let relay = RelayProc::spawn("poison", &env);
+    db.wait_for(
+        "SELECT count(*) FROM outbox WHERE topic <> 'bad' AND published_at IS NULL",
+        0,
+        Duration::from_secs(30),
+    )
+    .await;
+    db.wait_for(
+        "SELECT count(*) FROM outbox WHERE topic = 'bad' AND dead_at IS NOT NULL",
+        3,
+        Duration::from_secs(30),
+    )
+    .await;
+    assert_eq!(
+        db.scalar("SELECT count(*) FROM outbox WHERE topic = 'bad' AND attempts = 3 AND last_error LIKE 'WRONGTYPE%'")
+            .await,
+        3
+    );
+    assert_eq!(
+        db.scalar("SELECT count(*) FROM outbox WHERE topic <> 'bad' AND attempts > 0")
+            .await,
+        0
+    );
+    assert_eq!(
+        assert_exactly_once(&redis, 2).await,
+        2_000,
+        "each good event once"
+    );
+    let metrics = relay.http().metrics();
+    assert!(
+        !metrics.contains("outbox_events_duplicate_total"),
+        "redone batches counted as duplicates:\n{metrics}"
+    );
+    assert!(
+        metrics.contains("outbox_events_published_total"),
+        "{metrics}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_keys_later_events_wait_for_its_failing_event_then_flow_in_order() {
+    let db = TestDb::new().await;
+    let redis = TestRedis::shared();
+    let mut env = base_env(&db, &redis);
+    env.push(("OUTBOX__RETRY__MAX_ATTEMPTS".into(), "4".into()));
+    env.push(("OUTBOX__RETRY__BASE".into(), "300ms".into()));
+    env.push(("OUTBOX__REDIS__MAX_PAYLOAD_BYTES".into(), "2000".into()));
+    db.exec(
+        "INSERT INTO outbox (topic, payload, partition_key) VALUES
+           ('t0', jsonb_build_object('n', 1, 'pad', repeat('x', 3000)), 'k');
+         INSERT INTO outbox (topic, payload, partition_key) VALUES
+           ('t0', '{\"n\":2}', 'k'), ('t0', '{\"n\":3}', 'k'), ('t0', '{\"n\":10}', 'other');",
+    )
+    .await;
+    let _relay = RelayProc::spawn("poison-key", &env);
+    // While the oversized head is being retried, its key's later events stay unpublished.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut observed_waiting = false;
+    while Instant::now() < deadline {
+        let retrying = db
+            .scalar("SELECT count(*) FROM outbox WHERE payload->>'n' = '1' AND attempts >= 1 AND dead_at IS NULL")
+            .await;
+        if retrying == 1 {
+            assert_eq!(
+                db.scalar("SELECT count(*) FROM outbox WHERE partition_key = 'k' AND published_at IS NOT NULL").await,
+                0,
+                "later events of the key must wait for the failing one"
+            );
+            observed_waiting = true;
+        }
+        if db
+            .scalar("SELECT count(*) FROM outbox WHERE dead_at IS NOT NULL")
+            .await
+            == 1
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(observed_waiting, "never saw the head being retried");
+    db.wait_for(
+        "SELECT count(*) FROM outbox WHERE published_at IS NOT NULL",
+        3,
+        Duration::from_secs(20),
+    )
+    .await;
+    let entries = redis.entries("t0").await;
+    let ns: Vec<String> = entries.iter().map(|e| e["payload"].clone()).collect();
+    assert_eq!(entries.len(), 3, "{ns:?}");
+    assert_per_key_order(&entries);
+    assert!(db
+        .scalar("SELECT count(*) FROM outbox WHERE dead_at IS NOT NULL AND attempts = 4 AND last_error LIKE '%max_payload_bytes%'")
+        .await == 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn events_behind_a_window_of_blocked_followers_still_flow() {
+    let db = TestDb::new().await;
+    let redis = TestRedis::shared();
+    let mut env = base_env(&db, &redis);
+    // Heads are looked for among the oldest 4 x batch_size = 40 pending rows first.
+    env.push(("OUTBOX__RELAY__BATCH_SIZE".into(), "10".into()));
+    env.push(("OUTBOX__RETRY__BASE".into(), "1s".into()));
+    env.push(("OUTBOX__REDIS__MAX_PAYLOAD_BYTES".into(), "2000".into()));
+    db.exec(
+        "INSERT INTO outbox (topic, payload, partition_key) VALUES
+           ('t0', jsonb_build_object('n', 0, 'pad', repeat('x', 3000)), 'stuck');
+         INSERT INTO outbox (topic, payload, partition_key)
+           SELECT 't0', jsonb_build_object('n', i), 'stuck' FROM generate_series(1, 100) i ORDER BY i;
+         INSERT INTO outbox (topic, payload)
+           SELECT 't1', jsonb_build_object('n', i) FROM generate_series(1, 50) i;",
+    )
+    .await;
+    let _relay = RelayProc::spawn("window", &env);
+    db.wait_for(
+        "SELECT count(*) FROM outbox WHERE topic = 't1' AND published_at IS NOT NULL",
+        50,
+        Duration::from_secs(20),
+    )
+    .await;
+    assert_eq!(
+        db.scalar("SELECT count(*) FROM outbox WHERE topic = 't0' AND (published_at IS NOT NULL OR dead_at IS NOT NULL)").await,
+        0,
+        "the stuck key is still waiting for its failing head"
+    );
+    assert_eq!(redis.xlen("t0").await, 0);
+}

@@ -1,0 +1,162 @@
+//! What a panic, a stall or an outage does to the probes and the process, driven through the
+//! fault-injection hooks (`relay::faults`, feature `test-hooks`; `make test` turns it on):
+//! a panic in a claim cycle restarts the claimer and relaying goes on; an actor killed by a
+//! panic its supervisor cannot catch ends the process with status 70; a stalled claim loop
+//! fails `/healthz`; `/readyz` answers at once during a Postgres outage; and every metric of
+//! the contract is in the first scrape.
+
+use std::time::{Duration, Instant};
+
+use crate::support::*;
+
+fn with_fault(db: &TestDb, redis: &TestRedis, fault: &str) -> Vec<(String, String)> {
+    let mut env = base_env(db, redis);
+    env.push(("OUTBOX_TEST_FAULT".into(), fault.into()));
+    env
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[cfg_attr(not(feature = "test-hooks"), ignore = "needs --features test-hooks")]
+async fn a_panic_in_a_claim_cycle_restarts_the_claimer_and_relaying_goes_on() {
+    let db = TestDb::new().await;
+    let redis = TestRedis::shared();
+    let mut relay = RelayProc::spawn("cycle-panic", &with_fault(&db, &redis, "cycle-panic@5"));
+    relay
+        .http()
+        .wait_status("/readyz", 200, Duration::from_secs(20))
+        .await;
+    // The poll timer runs a cycle every 200 ms: the fifth one panics within a few seconds.
+    relay
+        .http()
+        .wait_metric(
+            "outbox_actor_panics_total{actor=\"claimer\"}",
+            |n| n == 1.0,
+            Duration::from_secs(20),
+        )
+        .await;
+    insert_events(&db, 500, 2, 7).await;
+    db.wait_until_published(Duration::from_secs(20)).await;
+    assert_eq!(assert_exactly_once(&redis, 2).await, 500);
+    assert_eq!(
+        relay.wait_exit(Duration::ZERO),
+        None,
+        "the process lives on"
+    );
+    assert_eq!(relay.http().status("/healthz"), 200);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[cfg_attr(not(feature = "test-hooks"), ignore = "needs --features test-hooks")]
+async fn an_actor_killed_by_a_panic_ends_the_process_with_status_70() {
+    let db = TestDb::new().await;
+    let redis = TestRedis::shared();
+    insert_events(&db, 50, 1, 3).await;
+    let mut relay = RelayProc::spawn("actor-lost", &with_fault(&db, &redis, "claimer-panic@3"));
+    let code = relay.wait_exit(Duration::from_secs(30));
+    assert_eq!(
+        code,
+        Some(70),
+        "a replica whose claimer died must not look alive"
+    );
+    let log = relay.log();
+    assert!(
+        log.contains("actor died") && log.contains("claimer"),
+        "the log says which actor died:\n{log}"
+    );
+    // Whatever the dead claimer held was rolled back: a new replica relays all of it.
+    let relay = RelayProc::spawn("after-actor-lost", &base_env(&db, &redis));
+    db.wait_until_published(Duration::from_secs(20)).await;
+    assert_eq!(assert_exactly_once(&redis, 1).await, 50);
+    drop(relay);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[cfg_attr(not(feature = "test-hooks"), ignore = "needs --features test-hooks")]
+async fn a_stalled_claim_loop_fails_healthz_while_events_are_pending() {
+    let db = TestDb::new().await;
+    let redis = TestRedis::shared();
+    let mut env = with_fault(&db, &redis, "cycle-stall@1+");
+    env.push(("OUTBOX__RELAY__LEASE".into(), "3s".into()));
+    env.push(("OUTBOX__RELAY__STALL_AFTER".into(), "4s".into()));
+    let relay = RelayProc::spawn("stall", &env);
+    // Every cycle hangs before it claims anything; with nothing pending, that is no stall.
+    relay
+        .http()
+        .wait_status("/healthz", 200, Duration::from_secs(20))
+        .await;
+    tokio::time::sleep(Duration::from_secs(5)).await; // past relay.stall_after, nothing pending
+    assert_eq!(
+        relay.http().status("/healthz"),
+        200,
+        "an idle relay is not stalled"
+    );
+    insert_events(&db, 10, 1, 3).await;
+    relay
+        .http()
+        .wait_status("/healthz", 503, Duration::from_secs(30))
+        .await;
+    let body = relay.http().get("/healthz").body;
+    assert!(body.contains("\"stalled\""), "{body}");
+    assert!(db.pending().await > 0, "the stall left work undone");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn readyz_answers_at_once_during_a_postgres_outage() {
+    let (pg, db) = OwnPostgres::start_migrated().await;
+    let redis = TestRedis::shared();
+    let relay = RelayProc::spawn("ready-fast", &base_env(&db, &redis));
+    relay
+        .http()
+        .wait_status("/readyz", 200, Duration::from_secs(20))
+        .await;
+    pg.stop();
+    relay
+        .http()
+        .wait_status("/readyz", 503, Duration::from_secs(20))
+        .await;
+    for _ in 0..5 {
+        let asked = Instant::now();
+        assert_eq!(relay.http().status("/readyz"), 503);
+        let took = asked.elapsed();
+        // A probe that waited on the outage would take the ping's whole timeout (1 s).
+        assert!(took < Duration::from_millis(500), "/readyz took {took:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    pg.restart();
+    relay
+        .http()
+        .wait_status("/readyz", 200, Duration::from_secs(30))
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_contract_metric_is_in_the_first_scrape() {
+    let db = TestDb::new().await;
+    let redis = TestRedis::shared();
+    // A topic known only by its settings, and one whose events wait behind a pause.
+    db.exec(
+        "INSERT INTO outbox_topics (topic, paused) VALUES ('orders.created', false), ('held', true);
+         INSERT INTO outbox (topic, payload) VALUES ('held', '{}')",
+    )
+    .await;
+    let relay = RelayProc::spawn("first-scrape", &base_env(&db, &redis));
+    relay
+        .http()
+        .wait_status("/healthz", 200, Duration::from_secs(20))
+        .await;
+    let scrape = relay.http().metrics();
+    for line in [
+        "outbox_events_published_total{topic=\"orders.created\"} 0",
+        "outbox_events_published_total{topic=\"held\"} 0",
+        "# TYPE outbox_events_pending gauge",
+        "# TYPE outbox_events_dead gauge",
+        "# TYPE outbox_oldest_pending_age_seconds gauge",
+        "outbox_publish_duration_seconds_count 0",
+        "outbox_publish_duration_seconds_bucket{le=\"+Inf\"} 0",
+    ] {
+        assert!(
+            scrape.contains(line),
+            "first scrape lacks {line}:\n{scrape}"
+        );
+    }
+}

@@ -1,0 +1,338 @@
+//! A database per test: created, migrated, dropped on drop; scalar, exec and wait helpers; and a
+//! PostgreSQL server of the test's own for outages.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use diesel::connection::SimpleConnection;
+use diesel::pg::PgNotification;
+use diesel::Connection;
+use diesel_async::async_connection_wrapper::AsyncConnectionWrapper;
+use diesel_async::{AsyncConnection, AsyncPgConnection, SimpleAsyncConnection};
+use futures::{Stream, StreamExt};
+use uuid::Uuid;
+
+use super::free_port;
+
+const PG_ADMIN_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
+
+/// A database of its own, migrated, dropped on drop.
+pub struct TestDb {
+    pub name: String,
+    pub url: String,
+}
+
+impl TestDb {
+    pub async fn new() -> TestDb {
+        let db = TestDb::empty().await;
+        outbox_relay::db::migrate::run_pending(&db.url)
+            .await
+            .expect("migrate test database");
+        db
+    }
+
+    /// An existing database (not dropped by this handle's owner unless it is forgotten).
+    pub fn at(url: &str) -> TestDb {
+        TestDb {
+            name: String::new(),
+            url: url.to_string(),
+        }
+    }
+
+    /// A database of its own, not migrated.
+    pub async fn empty() -> TestDb {
+        let name = format!("outbox_t_{}", Uuid::new_v4().simple());
+        let mut admin = AsyncPgConnection::establish(PG_ADMIN_URL)
+            .await
+            .expect("connect to local postgres");
+        admin
+            .batch_execute(&format!("CREATE DATABASE {name}"))
+            .await
+            .expect("create test database");
+        let url = format!("postgres://postgres@127.0.0.1:5432/{name}");
+        TestDb { name, url }
+    }
+
+    pub async fn conn(&self) -> AsyncPgConnection {
+        AsyncPgConnection::establish(&self.url)
+            .await
+            .expect("connect test db")
+    }
+
+    /// A connection LISTENing on the outbox trigger's channel.
+    pub async fn listener(&self) -> AsyncPgConnection {
+        let mut c = self.conn().await;
+        c.batch_execute("LISTEN outbox_events")
+            .await
+            .expect("listen");
+        c
+    }
+
+    /// Runs SQL returning one bigint.
+    pub async fn scalar(&self, sql: &str) -> i64 {
+        #[derive(diesel::QueryableByName)]
+        struct V {
+            #[diesel(sql_type = diesel::sql_types::BigInt)]
+            v: i64,
+        }
+        use diesel_async::RunQueryDsl;
+        let mut c = self.conn().await;
+        let v: V = diesel::sql_query(format!("SELECT ({sql})::bigint AS v"))
+            .get_result(&mut c)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+        v.v
+    }
+
+    pub async fn exec(&self, sql: &str) {
+        let mut c = self.conn().await;
+        c.batch_execute(sql)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+
+    pub async fn pending(&self) -> i64 {
+        self.scalar("SELECT count(*) FROM outbox WHERE published_at IS NULL AND dead_at IS NULL")
+            .await
+    }
+
+    /// Waits until every event has been published (`published_at` set), or panics after
+    /// `timeout`.
+    pub async fn wait_until_published(&self, timeout: Duration) {
+        self.wait_for(
+            "SELECT count(*) FROM outbox WHERE published_at IS NULL",
+            0,
+            timeout,
+        )
+        .await
+    }
+
+    /// Waits until `n` events of `topic` are published.
+    pub async fn wait_published(&self, topic: &str, n: i64, timeout: Duration) {
+        let sql = format!(
+            "SELECT count(*) FROM outbox WHERE topic = '{topic}' AND published_at IS NOT NULL"
+        );
+        self.wait_for(&sql, n, timeout).await
+    }
+
+    /// Waits until `sql` (a bigint) equals `want`, or panics after `timeout`.
+    pub async fn wait_for(&self, sql: &str, want: i64, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let got = self.scalar(sql).await;
+            if got == want {
+                return;
+            }
+            if Instant::now() > deadline {
+                panic!("timed out waiting for `{sql}` = {want}, last value {got}");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    /// Returns once a claim cycle that began after this call has committed: a sentinel event
+    /// inserted now is published (then its row is deleted, so counts are as before; its
+    /// stream entry stays, under the `e2e.sentinel` topic). Everything committed before the
+    /// call was in that cycle's snapshot: a test waits on this before asserting that
+    /// something was *not* published.
+    pub async fn wait_for_a_claim_cycle(&self, timeout: Duration) {
+        let marker = Uuid::new_v4();
+        self.exec(&format!(
+            "INSERT INTO outbox (topic, payload) VALUES ('e2e.sentinel', '{{\"marker\": \"{marker}\"}}')"
+        ))
+        .await;
+        // In delete mode the row is gone once published: count the unpublished ones.
+        let waiting = format!(
+            "SELECT count(*) FROM outbox WHERE payload->>'marker' = '{marker}' AND published_at IS NULL"
+        );
+        self.wait_for(&waiting, 0, timeout).await;
+        self.exec(&format!(
+            "DELETE FROM outbox WHERE payload->>'marker' = '{marker}'"
+        ))
+        .await;
+    }
+
+    /// The payloads of the `outbox_events` notifications that arrive before a marker NOTIFY
+    /// this call sends. Postgres delivers notifications in commit order, so these are all
+    /// the ones sent by transactions committed before the call; a test asserts on them
+    /// instead of waiting some time for a NOTIFY that should not come.
+    pub async fn notifications_before_marker<S>(&self, notifications: &mut S) -> Vec<String>
+    where
+        S: Stream<Item = diesel::QueryResult<PgNotification>> + Unpin,
+    {
+        let marker = format!("e2e-marker-{}", Uuid::new_v4().simple());
+        self.exec(&format!("NOTIFY outbox_events, '{marker}'"))
+            .await;
+        let mut before = Vec::new();
+        loop {
+            let next = tokio::time::timeout(Duration::from_secs(10), notifications.next()).await;
+            let payload = match next {
+                Ok(Some(Ok(n))) => n.payload,
+                other => panic!("the marker NOTIFY never arrived: {other:?}"),
+            };
+            if payload == marker {
+                return before;
+            }
+            before.push(payload);
+        }
+    }
+
+    /// Inserts an event of `topic` dead after 10 attempts with `error` (as the relay would
+    /// leave it), `payload_sql` its payload as an SQL expression; returns its id.
+    pub async fn dead_event(
+        &self,
+        topic: &str,
+        key: Option<&str>,
+        payload_sql: &str,
+        error: &str,
+    ) -> String {
+        use diesel::sql_types::{Nullable, Text};
+        use diesel_async::RunQueryDsl;
+        #[derive(diesel::QueryableByName)]
+        struct Id {
+            #[diesel(sql_type = Text)]
+            id: String,
+        }
+        let mut c = self.conn().await;
+        let row: Id = diesel::sql_query(format!(
+            "INSERT INTO outbox (topic, payload, partition_key, attempts, last_error, dead_at)
+             VALUES ($1, {payload_sql}, $2, 10, $3, now()) RETURNING id::text AS id"
+        ))
+        .bind::<Text, _>(topic)
+        .bind::<Nullable<Text>, _>(key)
+        .bind::<Text, _>(error)
+        .get_result(&mut c)
+        .await
+        .expect("insert dead event");
+        row.id
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        if self.name.is_empty() {
+            return;
+        }
+        let name = self.name.clone();
+        let _ = std::thread::spawn(move || {
+            if let Ok(mut c) =
+                <AsyncConnectionWrapper<AsyncPgConnection> as Connection>::establish(PG_ADMIN_URL)
+            {
+                let _ = SimpleConnection::batch_execute(
+                    &mut c,
+                    &format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"),
+                );
+            }
+        })
+        .join();
+    }
+}
+
+/// A PostgreSQL server of the test's own (initdb in a temp dir, a free port), so a test can
+/// stop and restart it without touching the shared server.
+pub struct OwnPostgres {
+    pub port: u16,
+    dir: tempfile::TempDir,
+    bin: std::path::PathBuf,
+}
+
+fn as_postgres_user(program: &std::path::Path) -> Command {
+    // initdb and postgres refuse to run as root: run them as the `postgres` user then.
+    let root = Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| o.stdout == b"0\n")
+        .unwrap_or(false);
+    if root {
+        let mut c = Command::new("runuser");
+        c.args(["-u", "postgres", "--"]).arg(program);
+        c
+    } else {
+        Command::new(program)
+    }
+}
+
+impl OwnPostgres {
+    /// A server of its own with the outbox migrated, and its database as a [`TestDb`].
+    pub async fn start_migrated() -> (OwnPostgres, TestDb) {
+        let pg = OwnPostgres::start();
+        outbox_relay::db::migrate::run_pending(&pg.url())
+            .await
+            .expect("migrate");
+        let db = TestDb::at(&pg.url());
+        (pg, db)
+    }
+
+    pub fn start() -> OwnPostgres {
+        let bin = std::fs::read_dir("/usr/lib/postgresql")
+            .expect("postgres installed under /usr/lib/postgresql")
+            .filter_map(|e| e.ok())
+            .map(|e| e.path().join("bin"))
+            .filter(|p| p.join("initdb").exists())
+            .max()
+            .expect("an initdb");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let _ = Command::new("chown")
+            .arg("postgres")
+            .arg(dir.path())
+            .status();
+        let data = dir.path().join("data");
+        let out = as_postgres_user(&bin.join("initdb"))
+            .args(["-A", "trust", "-U", "postgres", "--no-sync", "-D"])
+            .arg(&data)
+            .output()
+            .expect("initdb");
+        assert!(
+            out.status.success(),
+            "initdb: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let me = OwnPostgres {
+            port: free_port(),
+            dir,
+            bin,
+        };
+        me.restart();
+        me
+    }
+
+    pub fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+
+    pub fn restart(&self) {
+        let data = self.dir.path().join("data");
+        let opts = format!(
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off",
+            self.port,
+            self.dir.path().display()
+        );
+        let out = as_postgres_user(&self.bin.join("pg_ctl"))
+            .arg("-D")
+            .arg(&data)
+            .args(["-o", &opts, "-w", "-l"])
+            .arg(self.dir.path().join("log"))
+            .arg("start")
+            .output()
+            .expect("pg_ctl start");
+        assert!(
+            out.status.success(),
+            "pg_ctl start: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// Stops like a crash: no checkpoint, connections cut.
+    pub fn stop(&self) {
+        let _ = as_postgres_user(&self.bin.join("pg_ctl"))
+            .arg("-D")
+            .arg(self.dir.path().join("data"))
+            .args(["-m", "immediate", "-w", "stop"])
+            .output();
+    }
+}
+
+impl Drop for OwnPostgres {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}

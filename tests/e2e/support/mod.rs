@@ -1,0 +1,24 @@
+//! Helpers shared by the end-to-end tests, by concern: each test gets its own database
+//! ([`TestDb`], dropped after), its own Redis key prefix ([`TestRedis`], deleted after) or its
+//! own redis-server ([`OwnRedis`]), and real relay processes ([`RelayProc`], [`TokenRelay`]),
+//! reached with the one HTTP client, [`Http`].
+
+mod db;
+mod events;
+mod http;
+mod redis;
+mod relay;
+
+use std::net::TcpListener;
+
+pub use self::db::{OwnPostgres, TestDb};
+pub use self::events::{assert_exactly_once, assert_per_key_order, insert_events, produce_rounds};
+pub use self::http::{form, Http, Resp};
+pub use self::redis::{OwnRedis, TestRedis};
+pub use self::relay::{base_env, RelayProc, TokenRelay, ADMIN_TOKEN, BIN, READ_ONLY_TOKEN};
+
+/// A free TCP port on loopback.
+pub fn free_port() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind port 0");
+    l.local_addr().expect("local addr").port()
+}

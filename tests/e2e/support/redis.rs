@@ -1,0 +1,170 @@
+//! Redis for tests: a key prefix of the test's own on the shared server (its keys deleted on
+//! drop), or a redis-server of its own on a free port, to stop and restart.
+
+use std::collections::HashMap;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use redis::AsyncCommands;
+use uuid::Uuid;
+
+use super::free_port;
+
+const REDIS_URL: &str = "redis://127.0.0.1:6379";
+
+/// A Redis key prefix of its own; keys under it are deleted on drop.
+pub struct TestRedis {
+    pub url: String,
+    pub prefix: String,
+}
+
+impl TestRedis {
+    pub fn shared() -> TestRedis {
+        TestRedis {
+            url: REDIS_URL.into(),
+            prefix: format!("t{}:", Uuid::new_v4().simple()),
+        }
+    }
+
+    pub fn on(url: &str) -> TestRedis {
+        TestRedis {
+            url: url.into(),
+            prefix: format!("t{}:", Uuid::new_v4().simple()),
+        }
+    }
+
+    pub async fn conn(&self) -> redis::aio::MultiplexedConnection {
+        // Big XRANGE replies take longer than the client's default response timeout.
+        let config =
+            redis::AsyncConnectionConfig::new().set_response_timeout(Some(Duration::from_secs(60)));
+        redis::Client::open(self.url.as_str())
+            .expect("redis url")
+            .get_multiplexed_async_connection_with_config(&config)
+            .await
+            .expect("connect redis")
+    }
+
+    pub fn stream(&self, topic: &str) -> String {
+        format!("{}{}", self.prefix, topic)
+    }
+
+    /// Every entry of a topic's stream, as field maps, in stream order.
+    pub async fn entries(&self, topic: &str) -> Vec<HashMap<String, String>> {
+        let mut c = self.conn().await;
+        let reply: redis::streams::StreamRangeReply =
+            c.xrange_all(self.stream(topic)).await.expect("xrange");
+        reply
+            .ids
+            .into_iter()
+            .map(|entry| {
+                entry
+                    .map
+                    .into_iter()
+                    .map(|(k, v)| {
+                        let s: String = redis::from_redis_value(v).expect("string field");
+                        (k, s)
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    pub async fn xlen(&self, topic: &str) -> usize {
+        let mut c = self.conn().await;
+        c.xlen(self.stream(topic)).await.unwrap_or(0)
+    }
+}
+
+impl Drop for TestRedis {
+    fn drop(&mut self) {
+        let url = self.url.clone();
+        let pattern = format!("*{}*", self.prefix);
+        let _ = std::thread::spawn(move || {
+            let Ok(client) = redis::Client::open(url.as_str()) else {
+                return;
+            };
+            let Ok(mut c) = client.get_connection() else {
+                return;
+            };
+            let keys: Vec<String> = redis::cmd("KEYS")
+                .arg(&pattern)
+                .query(&mut c)
+                .unwrap_or_default();
+            for key in keys {
+                let _: redis::RedisResult<()> = redis::cmd("DEL").arg(key).query(&mut c);
+            }
+        })
+        .join();
+    }
+}
+
+/// A redis-server of the test's own on a free port (killed on drop).
+pub struct OwnRedis {
+    pub port: u16,
+    child: Option<Child>,
+    dir: tempfile::TempDir,
+}
+
+impl OwnRedis {
+    pub fn start() -> OwnRedis {
+        let port = free_port();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut me = OwnRedis {
+            port,
+            child: None,
+            dir,
+        };
+        me.restart();
+        me
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    pub fn restart(&mut self) {
+        let child = Command::new("redis-server")
+            .args([
+                "--port",
+                &self.port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .arg("--dir")
+            .arg(self.dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start redis-server");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(c) = redis::Client::open(self.url()) {
+                if let Ok(mut conn) = c.get_connection() {
+                    if redis::cmd("PING").query::<String>(&mut conn).is_ok() {
+                        return;
+                    }
+                }
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("own redis-server did not start on {}", self.port);
+    }
+
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for OwnRedis {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}

@@ -1,0 +1,189 @@
+//! Real `outbox-relay run` processes: spawned with quick test settings, waited on until they
+//! answer, killed with SIGKILL (or stopped with SIGTERM); and [`TokenRelay`], a relay with
+//! admin tokens on a database and key prefix of its own, for the API and UI tests.
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::{form, free_port, Http, TestDb, TestRedis};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_outbox-relay");
+
+const OUTAGE_CYCLES: &str = "outbox_outage_cycles_total";
+
+/// `admin.token` of a [`TokenRelay`]: full rights.
+pub const ADMIN_TOKEN: &str = "s3cret-admin";
+/// `admin.read_only_token` of a [`TokenRelay`]: a viewer.
+pub const READ_ONLY_TOKEN: &str = "l00k-only";
+
+/// A running `outbox-relay run` process.
+pub struct RelayProc {
+    pub admin_port: u16,
+    pub child: Child,
+    log: std::path::PathBuf,
+}
+
+/// Settings every test relay gets, tuned for quick tests.
+pub fn base_env(db: &TestDb, redis: &TestRedis) -> Vec<(String, String)> {
+    vec![
+        ("DATABASE_URL".into(), db.url.clone()),
+        ("REDIS_URL".into(), redis.url.clone()),
+        ("OUTBOX__REDIS__STREAM_PREFIX".into(), redis.prefix.clone()),
+        ("OUTBOX__RELAY__POLL_INTERVAL".into(), "200ms".into()),
+        ("OUTBOX__RELAY__HEARTBEAT_INTERVAL".into(), "1s".into()),
+        ("OUTBOX__RELAY__LEASE".into(), "5s".into()),
+        ("OUTBOX__REDIS__TIMEOUT".into(), "2s".into()),
+        ("OUTBOX__RETRY__BASE".into(), "100ms".into()),
+        ("OUTBOX__RETRY__MAX".into(), "1s".into()),
+        ("RUST_LOG".into(), "warn,outbox_relay=info".into()),
+    ]
+}
+
+impl RelayProc {
+    /// Starts `outbox-relay run` as replica `name` with `env` only, its admin server on a
+    /// free port, its log in the temp dir (`relay-<name>-<port>.log`).
+    pub fn spawn(name: &str, env: &[(String, String)]) -> RelayProc {
+        let admin_port = free_port();
+        let log_path = std::env::temp_dir().join(format!("relay-{name}-{admin_port}.log"));
+        let log = std::fs::File::create(&log_path).expect("log file");
+        let child = Command::new(BIN)
+            .arg("run")
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .env("OUTBOX__ADMIN__ADDR", format!("127.0.0.1:{admin_port}"))
+            .env("OUTBOX__INSTANCE_ID", name)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn relay");
+        RelayProc {
+            admin_port,
+            child,
+            log: log_path,
+        }
+    }
+
+    /// What it has written to stderr so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{}", self.admin_port, path)
+    }
+
+    /// An HTTP client for its admin server, without credentials.
+    pub fn http(&self) -> Http {
+        Http::new(self.admin_port)
+    }
+
+    /// Waits until `/readyz` answers 200: Postgres and Redis reachable, claim loop healthy.
+    pub async fn wait_ready(&self, timeout: Duration) {
+        self.http().wait_status("/readyz", 200, timeout).await
+    }
+
+    /// Claim cycles it has rolled back on an outage so far (`outbox_outage_cycles_total`).
+    pub fn outage_cycles(&self) -> f64 {
+        self.http().metric(OUTAGE_CYCLES).unwrap_or(0.0)
+    }
+
+    /// Waits until it has rolled back more than `n` claim cycles on an outage.
+    pub async fn wait_outage_cycles_over(&self, n: f64, timeout: Duration) {
+        self.http()
+            .wait_metric(OUTAGE_CYCLES, |got| got > n, timeout)
+            .await
+    }
+
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    pub fn terminate(&self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+    }
+
+    /// Waits for exit; returns the exit code (None on timeout or signal).
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<i32> {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return status.code();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+}
+
+impl Drop for RelayProc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A relay with `admin.token` ([`ADMIN_TOKEN`]) and `admin.read_only_token`
+/// ([`READ_ONLY_TOKEN`]) set, on a database and key prefix of its own, ready.
+pub struct TokenRelay {
+    pub db: TestDb,
+    pub redis: TestRedis,
+    pub relay: RelayProc,
+}
+
+impl TokenRelay {
+    /// Starts replica `name` with the base settings, the tokens and `extra`; waits for
+    /// `/readyz`.
+    pub async fn start(name: &str, extra: &[(&str, &str)]) -> TokenRelay {
+        let db = TestDb::new().await;
+        let redis = TestRedis::shared();
+        let mut env = base_env(&db, &redis);
+        env.push(("OUTBOX__ADMIN__TOKEN".into(), ADMIN_TOKEN.into()));
+        env.push((
+            "OUTBOX__ADMIN__READ_ONLY_TOKEN".into(),
+            READ_ONLY_TOKEN.into(),
+        ));
+        env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        let relay = RelayProc::spawn(name, &env);
+        relay.wait_ready(Duration::from_secs(30)).await;
+        TokenRelay { db, redis, relay }
+    }
+
+    /// `http://127.0.0.1:<port>`, for the browser.
+    pub fn base(&self) -> String {
+        self.relay.url("")
+    }
+
+    /// A client without credentials.
+    pub fn anonymous(&self) -> Http {
+        self.relay.http()
+    }
+
+    /// A client with the admin token.
+    pub fn admin(&self) -> Http {
+        self.anonymous().bearer(ADMIN_TOKEN)
+    }
+
+    /// A client with the read-only token.
+    pub fn viewer(&self) -> Http {
+        self.anonymous().bearer(READ_ONLY_TOKEN)
+    }
+
+    /// Logs in to the UI with `token` over plain HTTP; returns a client with the session
+    /// cookie and a page's CSRF token.
+    pub fn login(&self, token: &str) -> (Http, String) {
+        let res = self
+            .anonymous()
+            .post_form("/login", &form(&[("token", token), ("next", "/")]));
+        assert_eq!(res.status, 303, "login: {}", res.body);
+        let session = self
+            .anonymous()
+            .cookie(&res.session_cookie().expect("a session cookie"));
+        let page = session.get("/");
+        assert_eq!(page.status, 200);
+        (session, page.csrf())
+    }
+}
