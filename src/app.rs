@@ -9,6 +9,7 @@ use crate::admin::readiness::ReadinessCheck;
 use crate::admin::{self, AdminState};
 use crate::config::{ConfigError, Settings};
 use crate::db::{self, pool::Drivers, pool::SessionLimits};
+use crate::publish::connect::{self, RedisTls};
 use crate::publish::{Publisher, PublisherConfig};
 use crate::relay::periodic::Periodic;
 use crate::relay::{self, health::Health};
@@ -72,8 +73,13 @@ pub async fn run_until(
         limits,
         Drivers::Dedicated,
     );
-    let conn =
-        Publisher::connect(&settings.redis.url, settings.redis.timeout).context("redis.url")?;
+    let redis_tls = RedisTls::load(&settings.redis).map_err(|e| anyhow::anyhow!(e.0))?;
+    let conn = connect::manager(
+        &settings.redis.url,
+        settings.redis.timeout,
+        redis_tls.as_ref(),
+    )
+    .context("redis.url")?;
     let publisher = Publisher::new(
         conn,
         PublisherConfig {

@@ -7,7 +7,7 @@
 //! the human durations (`250ms`, `30s`, `7d`).
 
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use figment::providers::{Env, Format, Serialized, Toml};
@@ -91,6 +91,14 @@ pub struct RedisSettings {
     /// How long one publish round trip may take before Redis counts as unreachable.
     #[serde(with = "humantime_serde")]
     pub timeout: Duration,
+    /// PEM file of the CA certificates that sign the Redis server's certificate (with a
+    /// `rediss://` URL); without it, the system's CAs. The server's name must match its
+    /// certificate either way.
+    pub ca_file: Option<PathBuf>,
+    /// PEM file of the client certificate, for Redis servers that require one (mutual TLS).
+    pub client_cert_file: Option<PathBuf>,
+    /// PEM file of the client certificate's private key.
+    pub client_key_file: Option<PathBuf>,
 }
 
 /// Admin server settings.
@@ -199,6 +207,9 @@ impl Default for RedisSettings {
             max_payload_bytes: 1024 * 1024,
             maxlen: None,
             timeout: Duration::from_secs(5),
+            ca_file: None,
+            client_cert_file: None,
+            client_key_file: None,
         }
     }
 }

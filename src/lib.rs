@@ -13,6 +13,7 @@
 //! - [`producer`]: the Rust API to enqueue events in the caller's transaction.
 //! - [`demo`]: the self-contained demo.
 //! - [`bench`]: the benchmark command (`outbox-relay bench`).
+//! - [`pem`]: the PEM files TLS settings name.
 //! - [`telemetry`]: logs and metrics, one function per event.
 
 pub mod admin;
@@ -23,6 +24,7 @@ pub mod commands;
 pub mod config;
 pub mod db;
 pub mod demo;
+pub mod pem;
 pub mod producer;
 pub mod publish;
 pub mod relay;

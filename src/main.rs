@@ -20,6 +20,8 @@ fn init_tracing() {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // One TLS implementation for Postgres and Redis; installing it cannot fail but once.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let settings = match commands::settings_for(&cli.command) {
         Ok(settings) => settings,
         Err(error) => {

@@ -80,6 +80,18 @@ const RULES: &[Rule] = &[
         },
     },
     Rule {
+        settings: &[
+            "redis.ca_file",
+            "redis.client_cert_file",
+            "redis.client_key_file",
+        ],
+        check: |s| {
+            crate::publish::connect::RedisTls::load(&s.redis)
+                .map(|_| ())
+                .map_err(|e| e.0)
+        },
+    },
+    Rule {
         settings: &["redis.stream_prefix"],
         check: |s| {
             if s.redis.stream_prefix.chars().any(char::is_whitespace) {
@@ -236,7 +248,9 @@ fn postgres_url(raw: &str) -> Result<(), String> {
             parsed.scheme()
         ));
     }
-    Ok(())
+    crate::db::tls::Target::parse(raw)
+        .map(|_| ())
+        .map_err(|e| e.0)
 }
 
 #[cfg(test)]

@@ -1,7 +1,6 @@
 //! The embedded migrations, applied under an advisory lock so that replicas may race.
 
 use diesel::connection::SimpleConnection;
-use diesel::Connection;
 use diesel_async::async_connection_wrapper::AsyncConnectionWrapper;
 use diesel_async::AsyncPgConnection;
 use diesel_migrations::{embed_migrations, EmbeddedMigrations, MigrationHarness};
@@ -42,7 +41,18 @@ pub async fn run_pending(url: &str) -> Result<usize, MigrateError> {
 }
 
 fn run_blocking(url: &str) -> Result<usize, MigrateError> {
-    let mut conn = AsyncConnectionWrapper::<AsyncPgConnection>::establish(url)?;
+    // The connection (plain or TLS, see `tls`) is driven by a runtime of its own, and the
+    // wrapper blocks on that runtime's handle for each synchronous call of the harness.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .map_err(|_| MigrateError::Thread)?;
+    let conn = runtime.block_on(super::tls::connect(url))?;
+    let mut conn = {
+        let _entered = runtime.enter();
+        AsyncConnectionWrapper::<AsyncPgConnection>::from(conn)
+    };
     // Session-level lock: a second replica waits here, then finds nothing pending.
     conn.batch_execute(&format!("SELECT pg_advisory_lock({MIGRATION_LOCK})"))?;
     let result = conn

@@ -13,6 +13,7 @@ pub mod pool;
 pub mod prepared;
 pub mod replicas;
 pub mod schema;
+pub mod tls;
 pub mod topics;
 pub mod wake;
 

@@ -16,7 +16,7 @@ use diesel_async::pooled_connection::bb8::PooledConnection;
 use diesel_async::pooled_connection::{
     AsyncDieselConnectionManager, ManagerConfig, RecyclingMethod,
 };
-use diesel_async::{AsyncConnection, AsyncPgConnection, SimpleAsyncConnection};
+use diesel_async::{AsyncPgConnection, SimpleAsyncConnection};
 use futures::FutureExt;
 
 /// The pool shared by the actors and the admin server.
@@ -102,18 +102,38 @@ pub async fn establish(
     let url = url.to_string();
     let setup = limits.sql();
     let open = async move {
-        let mut conn = AsyncPgConnection::establish(&url).await?;
+        let mut conn = super::tls::connect(&url).await?;
         conn.batch_execute(&setup)
             .await
             .map_err(ConnectionError::CouldntSetupConfiguration)?;
         Ok::<_, ConnectionError>(conn)
     };
-    match drivers {
+    let opened = match drivers {
         Drivers::Caller => open.await,
         Drivers::Dedicated => driver_runtime()
             .spawn(open)
             .await
             .map_err(|e| ConnectionError::BadConnection(format!("connection task failed: {e}")))?,
+    };
+    if let Err(error) = &opened {
+        report_failure(error);
+    }
+    opened
+}
+
+/// Logs why connecting failed (a refused certificate, a wrong password): once per reason and
+/// minute, since the pool retries without end and its own error only says it timed out.
+fn report_failure(error: &ConnectionError) {
+    static LAST: std::sync::Mutex<Option<(String, std::time::Instant)>> =
+        std::sync::Mutex::new(None);
+    let reason = error.to_string();
+    let mut last = LAST.lock().unwrap_or_else(|p| p.into_inner());
+    let repeat = last
+        .as_ref()
+        .is_some_and(|(said, at)| *said == reason && at.elapsed() < Duration::from_secs(60));
+    if !repeat {
+        tracing::warn!("cannot connect to postgres: {reason}");
+        *last = Some((reason, std::time::Instant::now()));
     }
 }
 

@@ -7,6 +7,7 @@
 //! timeout, LOADING) fails the whole call with [`PublishError::Outage`].
 
 pub mod classify;
+pub mod connect;
 pub mod inspect;
 pub mod keys;
 pub mod script;
@@ -185,16 +186,9 @@ impl Publisher {
         Publisher { conn, config }
     }
 
-    /// Opens a lazy connection manager tuned for the relay: it never blocks start-up, fails a
-    /// command fast while Redis is away, and lets big batches take up to `timeout`.
+    /// A lazy connection manager for `url` without TLS files (see [`connect::manager`]).
     pub fn connect(url: &str, timeout: Duration) -> Result<ConnectionManager, redis::RedisError> {
-        let client = redis::Client::open(url)?;
-        let config = redis::aio::ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(Duration::from_secs(1)))
-            .set_response_timeout(Some(timeout))
-            .set_number_of_retries(1)
-            .set_max_delay(Duration::from_millis(500));
-        ConnectionManager::new_lazy_with_config(client, config)
+        connect::manager(url, timeout, None)
     }
 
     /// The settings in force.

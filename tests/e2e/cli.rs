@@ -31,6 +31,39 @@ fn bad_settings_exit_2_naming_the_setting() {
         "database.url",
     );
     assert_config_error(
+        &relay(
+            &["run"],
+            &[(
+                "DATABASE_URL",
+                "postgres://h/db?sslmode=verify-full&sslrootcert=/nowhere/ca.pem",
+            )],
+        ),
+        "database.url",
+    );
+    let rediss = ("REDIS_URL", "rediss://localhost:6380");
+    assert_config_error(
+        &relay(
+            &["run"],
+            &[db, rediss, ("OUTBOX__REDIS__CA_FILE", "/nowhere/ca.pem")],
+        ),
+        "redis.ca_file",
+    );
+    assert_config_error(
+        &relay(
+            &["run"],
+            &[
+                db,
+                rediss,
+                ("OUTBOX__REDIS__CLIENT_CERT_FILE", "/etc/hostname"),
+            ],
+        ),
+        "redis.client_cert_file",
+    );
+    assert_config_error(
+        &relay(&["run"], &[db, ("OUTBOX__REDIS__CA_FILE", "/etc/hostname")]),
+        "redis.ca_file",
+    );
+    assert_config_error(
         &relay(&["run"], &[db, ("OUTBOX__RETRY__MAX_ATTEMPTS", "many")]),
         "retry.max_attempts",
     );

@@ -19,6 +19,7 @@
 //! | [`retention`] | retention deletes old published rows only; paused topics |
 //! | [`shutdown`] | SIGTERM exits 0 and another replica takes over |
 //! | [`supervision`] | a panicking actor restarted, a dead one ends the process (70), a stalled loop fails `/healthz`, `/readyz` during an outage, the first scrape |
+//! | [`tls`] | Postgres `verify-full`/`verify-ca` and `rediss://` with a test CA; a wrong host name or CA refused; Redis mutual TLS |
 //! | [`cli`] | bad settings exit 2, `--help`, concurrent `migrate` |
 //! | [`demo`] | `outbox-relay demo` end to end |
 //! | [`bench_smoke`] | a short `outbox-relay bench` run |
@@ -46,5 +47,6 @@ mod retention;
 mod shutdown;
 mod supervision;
 pub mod support;
+mod tls;
 pub mod ui;
 mod wake;

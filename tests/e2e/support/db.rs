@@ -233,6 +233,8 @@ pub struct OwnPostgres {
     pub port: u16,
     dir: tempfile::TempDir,
     bin: std::path::PathBuf,
+    /// Server options beyond the port and socket (`-c name=value ...`).
+    options: String,
 }
 
 fn as_postgres_user(program: &std::path::Path) -> Command {
@@ -263,6 +265,31 @@ impl OwnPostgres {
     }
 
     pub fn start() -> OwnPostgres {
+        OwnPostgres::start_with(String::new())
+    }
+
+    /// A server of its own with TLS on, presenting `cert` (its key is copied where the server
+    /// accepts it: owned by the server's user, mode 0600).
+    pub fn start_tls(cert: &std::path::Path, key: &std::path::Path) -> OwnPostgres {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (own_cert, own_key) = (dir.path().join("server.crt"), dir.path().join("server.key"));
+        std::fs::copy(cert, &own_cert).expect("copy cert");
+        std::fs::copy(key, &own_key).expect("copy key");
+        for path in [dir.path(), own_cert.as_path(), own_key.as_path()] {
+            let _ = Command::new("chown").arg("postgres").arg(path).status();
+        }
+        let _ = Command::new("chmod").arg("600").arg(&own_key).status();
+        let me = OwnPostgres::start_with(format!(
+            "-c ssl=on -c ssl_cert_file={} -c ssl_key_file={}",
+            own_cert.display(),
+            own_key.display()
+        ));
+        // The files outlive the server: it reads them at start and at reloads.
+        std::mem::forget(dir);
+        me
+    }
+
+    fn start_with(options: String) -> OwnPostgres {
         let bin = std::fs::read_dir("/usr/lib/postgresql")
             .expect("postgres installed under /usr/lib/postgresql")
             .filter_map(|e| e.ok())
@@ -290,6 +317,7 @@ impl OwnPostgres {
             port: free_port(),
             dir,
             bin,
+            options,
         };
         me.restart();
         me
@@ -302,9 +330,10 @@ impl OwnPostgres {
     pub fn restart(&self) {
         let data = self.dir.path().join("data");
         let opts = format!(
-            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off",
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off {}",
             self.port,
-            self.dir.path().display()
+            self.dir.path().display(),
+            self.options
         );
         let out = as_postgres_user(&self.bin.join("pg_ctl"))
             .arg("-D")

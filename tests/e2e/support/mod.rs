@@ -8,6 +8,7 @@ mod events;
 mod http;
 mod redis;
 mod relay;
+mod tls;
 
 use std::net::TcpListener;
 
@@ -16,6 +17,7 @@ pub use self::events::{assert_exactly_once, assert_per_key_order, insert_events,
 pub use self::http::{form, Http, Resp};
 pub use self::redis::{OwnRedis, TestRedis};
 pub use self::relay::{base_env, RelayProc, TokenRelay, ADMIN_TOKEN, BIN, READ_ONLY_TOKEN};
+pub use self::tls::{Issued, TestCa};
 
 /// A free TCP port on loopback.
 pub fn free_port() -> u16 {

@@ -9,6 +9,7 @@ use redis::AsyncCommands;
 use uuid::Uuid;
 
 use super::free_port;
+use super::tls::Issued;
 
 const REDIS_URL: &str = "redis://127.0.0.1:6379";
 
@@ -103,6 +104,9 @@ pub struct OwnRedis {
     pub port: u16,
     child: Option<Child>,
     dir: tempfile::TempDir,
+    /// Arguments beyond the port, bind address and persistence.
+    args: Vec<String>,
+    tls: bool,
 }
 
 impl OwnRedis {
@@ -113,9 +117,61 @@ impl OwnRedis {
             port,
             child: None,
             dir,
+            args: Vec::new(),
+            tls: false,
         };
         me.restart();
         me
+    }
+
+    /// A server that speaks only TLS, presenting `server`'s certificate; with `client_ca`,
+    /// it also requires clients to present a certificate signed by that CA.
+    pub fn start_tls(server: &Issued, client_ca: Option<&std::path::Path>) -> OwnRedis {
+        let port = free_port();
+        let mut args: Vec<String> = vec![
+            "--tls-port".into(),
+            port.to_string(),
+            "--tls-cert-file".into(),
+            server.cert.display().to_string(),
+            "--tls-key-file".into(),
+            server.key.display().to_string(),
+        ];
+        match client_ca {
+            Some(ca) => args.extend([
+                "--tls-ca-cert-file".into(),
+                ca.display().to_string(),
+                "--tls-auth-clients".into(),
+                "yes".into(),
+            ]),
+            None => args.extend(["--tls-auth-clients".into(), "no".into()]),
+        }
+        let mut me = OwnRedis {
+            port,
+            child: None,
+            dir: tempfile::tempdir().expect("tempdir"),
+            args,
+            tls: true,
+        };
+        me.restart();
+        me.wait_listening();
+        me
+    }
+
+    /// `rediss://localhost:<port>`: the name its test certificates are issued for.
+    pub fn tls_url(&self) -> String {
+        format!("rediss://localhost:{}", self.port)
+    }
+
+    fn wait_listening(&self) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "redis-server did not listen on {}",
+                self.port
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     pub fn url(&self) -> String {
@@ -126,7 +182,8 @@ impl OwnRedis {
         let child = Command::new("redis-server")
             .args([
                 "--port",
-                &self.port.to_string(),
+                // A TLS server takes no plain connections.
+                &if self.tls { 0 } else { self.port }.to_string(),
                 "--bind",
                 "127.0.0.1",
                 "--save",
@@ -136,11 +193,15 @@ impl OwnRedis {
             ])
             .arg("--dir")
             .arg(self.dir.path())
+            .args(&self.args)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .expect("start redis-server");
         self.child = Some(child);
+        if self.tls {
+            return;
+        }
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
             if let Ok(c) = redis::Client::open(self.url()) {
