@@ -79,7 +79,7 @@ validate() {
 
 # --- 1. Dockerfile ---------------------------------------------------------------------------
 say "Dockerfile: hadolint, structure, build context (not built: no Docker engine here)"
-if ! out=$(hadolint --failure-threshold warning Dockerfile 2>&1); then
+if ! out=$(hadolint --no-color --failure-threshold warning Dockerfile 2>&1); then
   fail "hadolint Dockerfile:"$'\n'"$out"
 fi
 check_py dockerfile || failed=1

@@ -149,7 +149,7 @@ def build_context():
                 needed.append(os.path.relpath(os.path.normpath(os.path.join(dirpath, m.group(2))), ROOT))
             for m in re.finditer(r'embed_migrations!\(\s*"([^"]+)"', open(path).read()):
                 needed.append(m.group(1))
-    for rel in needed:
+    for rel in dict.fromkeys(needed):
         if not os.path.exists(os.path.join(ROOT, rel)):
             fail(f"build context: {rel} is read by the build but does not exist")
         elif ignored(rel):
