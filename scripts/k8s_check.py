@@ -1,0 +1,533 @@
+#!/usr/bin/env python3
+"""Structural checks behind scripts/k8s-check.sh: what the Kubernetes schemas cannot say.
+
+Subcommands (each prints one line per failure and exits 1 if there was any):
+
+  dockerfile                 the Dockerfile's shape (multi-stage, non-root, entrypoint, ...) and
+                             a build context (.dockerignore) that keeps what cargo needs
+  split RENDERED OUTDIR      one file per document of a rendered multi-document YAML
+  overlay RENDERED           the rendered overlay: kinds, cross-references, the pod's security
+                             context, probes, rollout, and its config.toml (written to
+                             RENDERED.config.toml for the binary check)
+  observability RENDERED OUTDIR
+                             ServiceMonitor fields and selector, PrometheusRule annotations and
+                             runbook anchors, metric names against src/telemetry.rs, the Grafana
+                             JSON; writes OUTDIR/rules.yaml, OUTDIR/rules-for-tests.yaml and
+                             OUTDIR/dashboard-queries.yaml for promtool
+  links FILE...              every relative link of these Markdown files resolves (file and anchor)
+
+Needs PyYAML (a dependency of kubernetes-validate) and Python 3.11+ (tomllib).
+"""
+
+import fnmatch
+import json
+import os
+import re
+import sys
+import tomllib
+
+import yaml
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FAILURES = []
+
+
+def fail(message):
+    FAILURES.append(message)
+    print(f"k8s-check: FAIL: {message}", file=sys.stderr)
+
+
+def load_all(path):
+    with open(path) as f:
+        return [d for d in yaml.safe_load_all(f) if d]
+
+
+def by_kind(docs):
+    out = {}
+    for d in docs:
+        out.setdefault(d["kind"], []).append(d)
+    return out
+
+
+def labels_match(selector, labels):
+    """A matchLabels selector (the only form these manifests use) against a label set."""
+    if set(selector) - {"matchLabels"}:
+        return False
+    return all(labels.get(k) == v for k, v in selector.get("matchLabels", {}).items())
+
+
+# ---------------------------------------------------------------------------- Dockerfile
+
+
+def dockerfile():
+    path = os.path.join(ROOT, "Dockerfile")
+    text = open(path).read()
+    # Join continuation lines, drop comments and the parser directive.
+    logical, current = [], ""
+    for line in text.splitlines():
+        stripped = line.strip()
+        if not current and (not stripped or stripped.startswith("#")):
+            continue
+        if stripped.endswith("\\"):
+            current += stripped[:-1] + " "
+            continue
+        logical.append(current + stripped)
+        current = ""
+    stages = []
+    for line in logical:
+        word, _, rest = line.partition(" ")
+        word = word.upper()
+        if word == "FROM":
+            stages.append({"from": rest.strip(), "ops": []})
+        elif stages:
+            stages[-1]["ops"].append((word, rest.strip()))
+        elif word != "ARG":
+            fail(f"Dockerfile: {word} before the first FROM")
+    if len(stages) < 2:
+        fail("Dockerfile: not multi-stage (a build stage and a runtime stage)")
+        return
+    build, final = stages[0], stages[-1]
+    if not re.match(r"rust:\S*bookworm\S*\s+AS\s+\w+", build["from"], re.I):
+        fail(f"Dockerfile: the build stage should be a rust image on bookworm, not {build['from']!r}")
+    if not re.match(r"gcr\.io/distroless/cc-debian12(:nonroot)?(@sha256:[0-9a-f]{64})?$", final["from"].split()[0]):
+        fail(f"Dockerfile: the runtime stage should be distroless cc-debian12 (bookworm, like the build), not {final['from']!r}")
+    builds = [rest for word, rest in build["ops"] if word == "RUN" and "cargo build" in rest]
+    if not any("--release" in r and "--locked" in r for r in builds):
+        fail("Dockerfile: no `cargo build --release --locked` in the build stage")
+    final_ops = dict((w, r) for w, r in final["ops"])
+    for word, _ in final["ops"]:
+        if word in ("RUN", "SHELL", "HEALTHCHECK"):
+            fail(f"Dockerfile: {word} in the runtime stage (distroless has no shell)")
+    user = final_ops.get("USER", "")
+    uid = user.split(":")[0]
+    if not uid.isdigit() or int(uid) == 0:
+        fail(f"Dockerfile: the runtime stage needs a numeric non-root USER (65532), has {user!r}")
+    try:
+        entrypoint = json.loads(final_ops.get("ENTRYPOINT", "null"))
+    except json.JSONDecodeError:
+        entrypoint = None
+    if not (isinstance(entrypoint, list) and len(entrypoint) == 1 and os.path.basename(entrypoint[0]) == "outbox-relay"):
+        fail(f"Dockerfile: ENTRYPOINT must be the exec form [\".../outbox-relay\"], has {final_ops.get('ENTRYPOINT')!r}")
+    try:
+        cmd = json.loads(final_ops.get("CMD", "null"))
+    except json.JSONDecodeError:
+        cmd = None
+    if cmd != ["run"]:
+        fail(f"Dockerfile: CMD must be [\"run\"], has {final_ops.get('CMD')!r}")
+    if "8080" not in final_ops.get("EXPOSE", "").split():
+        fail("Dockerfile: EXPOSE 8080 missing in the runtime stage")
+    copies = [r for w, r in final["ops"] if w == "COPY"]
+    if not any("--from=" in c and entrypoint and c.split()[-1] == entrypoint[0] for c in copies):
+        fail("Dockerfile: the runtime stage does not COPY the binary to the ENTRYPOINT's path")
+    build_context()
+
+
+def build_context():
+    """What `cargo build` reads must not be in .dockerignore, and the stub step must fit."""
+    patterns = []
+    for line in open(os.path.join(ROOT, ".dockerignore")):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("!"):
+            fail(".dockerignore: exceptions (!) are not understood by this check; keep it a plain list")
+            continue
+        patterns.append(line.strip("/"))
+
+    def ignored(rel):
+        parts = rel.split("/")
+        return any(fnmatch.fnmatch("/".join(parts[:i]), p) for p in patterns for i in range(1, len(parts) + 1))
+
+    needed = ["Cargo.toml", "Cargo.lock", "build.rs", "src/main.rs", "src/lib.rs", "migrations"]
+    src = os.path.join(ROOT, "src")
+    for dirpath, _, files in os.walk(src):
+        for name in files:
+            if not name.endswith(".rs"):
+                continue
+            path = os.path.join(dirpath, name)
+            for m in re.finditer(r'(include_str|include_bytes)!\(\s*"([^"]+)"', open(path).read()):
+                needed.append(os.path.relpath(os.path.normpath(os.path.join(dirpath, m.group(2))), ROOT))
+            for m in re.finditer(r'embed_migrations!\(\s*"([^"]+)"', open(path).read()):
+                needed.append(m.group(1))
+    for rel in dict.fromkeys(needed):
+        if not os.path.exists(os.path.join(ROOT, rel)):
+            fail(f"build context: {rel} is read by the build but does not exist")
+        elif ignored(rel):
+            fail(f".dockerignore excludes {rel}, which the build reads")
+    manifest = tomllib.load(open(os.path.join(ROOT, "Cargo.toml"), "rb"))
+    # The Dockerfile builds the dependencies against stubs of src/main.rs and src/lib.rs with
+    # only Cargo.toml and Cargo.lock copied: other targets or local crates need stubs there too.
+    if "workspace" in manifest:
+        fail("Cargo.toml has a [workspace]: the Dockerfile's dependency step copies only Cargo.toml and Cargo.lock; copy the members' manifests and stub them")
+    for section in ("dependencies", "build-dependencies"):
+        for name, spec in manifest.get(section, {}).items():
+            if isinstance(spec, dict) and "path" in spec:
+                fail(f"Cargo.toml: {name} is a path dependency: the Dockerfile's dependency step must copy it")
+    for kind in ("bin", "example", "test", "bench"):
+        for target in manifest.get(kind, []):
+            path = target.get("path")
+            if kind == "bin" and path not in (None, "src/main.rs"):
+                fail(f"Cargo.toml: [[bin]] at {path}: stub it in the Dockerfile's dependency step")
+            if path and ignored(path):
+                fail(f"Cargo.toml declares [[{kind}]] at {path}, which .dockerignore excludes: cargo would not load the manifest")
+
+
+# ---------------------------------------------------------------------------- rendered output
+
+
+def split(rendered, outdir):
+    os.makedirs(outdir, exist_ok=True)
+    for i, doc in enumerate(load_all(rendered)):
+        name = f"{i:02d}-{doc['kind'].lower()}-{doc['metadata']['name']}.yaml"
+        with open(os.path.join(outdir, name), "w") as f:
+            yaml.safe_dump(doc, f, sort_keys=False)
+        print(os.path.join(outdir, name))
+
+
+EXPECTED_OVERLAY_KINDS = {
+    "ConfigMap", "Service", "Deployment", "Job", "PodDisruptionBudget",
+    "HorizontalPodAutoscaler", "NetworkPolicy",
+}
+
+
+def check_pod(where, pod, image_user=65532):
+    """What every pod of the relay must have: non-root, read-only, no privileges."""
+    psc = pod.get("securityContext", {})
+    if psc.get("runAsNonRoot") is not True or psc.get("runAsUser") != image_user:
+        fail(f"{where}: pod securityContext needs runAsNonRoot: true and runAsUser: {image_user}")
+    if psc.get("seccompProfile", {}).get("type") != "RuntimeDefault":
+        fail(f"{where}: pod securityContext needs seccompProfile RuntimeDefault")
+    if pod.get("automountServiceAccountToken") is not False:
+        fail(f"{where}: automountServiceAccountToken should be false (the relay never calls the API)")
+    for c in pod["containers"]:
+        sc = c.get("securityContext", {})
+        if sc.get("readOnlyRootFilesystem") is not True:
+            fail(f"{where}/{c['name']}: readOnlyRootFilesystem must be true")
+        if sc.get("allowPrivilegeEscalation") is not False:
+            fail(f"{where}/{c['name']}: allowPrivilegeEscalation must be false")
+        if sc.get("capabilities", {}).get("drop") != ["ALL"]:
+            fail(f"{where}/{c['name']}: capabilities must drop ALL")
+        if "command" in c:
+            fail(f"{where}/{c['name']}: use args, not command: the image's entrypoint is outbox-relay")
+        if "memory" not in c.get("resources", {}).get("limits", {}):
+            fail(f"{where}/{c['name']}: no memory limit")
+
+
+def overlay(rendered):
+    docs = load_all(rendered)
+    kinds = by_kind(docs)
+    for kind in kinds:
+        if kind not in EXPECTED_OVERLAY_KINDS:
+            fail(f"{rendered}: unexpected kind {kind} (a typo, or add it to EXPECTED_OVERLAY_KINDS)")
+    if "Secret" in kinds:
+        fail(f"{rendered}: renders a Secret: the example must stay out of kustomization.yaml")
+    deployments = [d for d in kinds.get("Deployment", []) if d["metadata"]["name"] == "outbox-relay"]
+    if len(deployments) != 1:
+        fail(f"{rendered}: needs exactly one Deployment outbox-relay")
+        return
+    dep = deployments[0]
+    spec = dep["spec"]
+    pod = spec["template"]["spec"]
+    pod_labels = spec["template"]["metadata"]["labels"]
+    where = f"{rendered}: Deployment"
+    if not labels_match(spec["selector"], pod_labels):
+        fail(f"{where}: selector does not match the pod template's labels")
+    ru = spec.get("strategy", {}).get("rollingUpdate", {})
+    if ru.get("maxUnavailable") != 0 or ru.get("maxSurge") != 1:
+        fail(f"{where}: rolling update must be maxUnavailable 0, maxSurge 1")
+    grace = pod.get("terminationGracePeriodSeconds", 30)
+    if grace < 10:
+        fail(f"{where}: terminationGracePeriodSeconds {grace} is shorter than the shutdown (5 s drain + 2 s heartbeat + 2 s admin)")
+    check_pod(where, pod)
+    relay = [c for c in pod["containers"] if c["name"] == "outbox-relay"]
+    if len(relay) != 1:
+        fail(f"{where}: no container outbox-relay")
+        return
+    c = relay[0]
+    args = c.get("args", [])
+    if not args or args[0] != "run":
+        fail(f"{where}: args must start with run, has {args}")
+    ports = {p["name"]: p["containerPort"] for p in c.get("ports", [])}
+    if ports.get("admin") != 8080:
+        fail(f"{where}: container port admin must be 8080")
+    for probe, path in (("startupProbe", "/healthz"), ("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
+        p = c.get(probe)
+        if not p:
+            fail(f"{where}: no {probe}")
+            continue
+        get = p.get("httpGet", {})
+        if get.get("path") != path or get.get("port") not in ("admin", 8080):
+            fail(f"{where}: {probe} must GET {path} on the admin port")
+        if not 1 <= p.get("timeoutSeconds", 1) <= 2:
+            fail(f"{where}: {probe} timeoutSeconds should be 1-2 s (the endpoints answer from memory)")
+    env = {e["name"]: e for e in c.get("env", [])}
+    for name, key in (("DATABASE_URL", "database-url"), ("REDIS_URL", "redis-url"), ("OUTBOX__ADMIN__TOKEN", "admin-token")):
+        ref = env.get(name, {}).get("valueFrom", {}).get("secretKeyRef", {})
+        if ref.get("name") != "outbox-relay" or ref.get("key") != key:
+            fail(f"{where}: {name} must come from the Secret outbox-relay, key {key}")
+    # The config file: --config path, its volume, and the ConfigMap behind it.
+    config_path = args[args.index("--config") + 1] if "--config" in args else None
+    if not config_path:
+        fail(f"{where}: no --config FILE in args")
+        return
+    mounts = {m["name"]: m for m in c.get("volumeMounts", [])}
+    volumes = {v["name"]: v for v in pod.get("volumes", [])}
+    mount = next((m for m in mounts.values() if config_path.startswith(m["mountPath"].rstrip("/") + "/")), None)
+    if not mount:
+        fail(f"{where}: no volume mounted where --config {config_path} points")
+        return
+    cm_name = volumes.get(mount["name"], {}).get("configMap", {}).get("name")
+    cms = {d["metadata"]["name"]: d for d in kinds.get("ConfigMap", [])}
+    if cm_name not in cms:
+        fail(f"{where}: the config volume refers to ConfigMap {cm_name}, which the overlay does not render")
+        return
+    key = os.path.basename(config_path)
+    text = cms[cm_name].get("data", {}).get(key)
+    if text is None:
+        fail(f"{rendered}: ConfigMap {cm_name} has no key {key}")
+        return
+    try:
+        config = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        fail(f"{rendered}: {key} in ConfigMap {cm_name} is not TOML: {e}")
+        return
+    with open(rendered + ".config.toml", "w") as f:
+        f.write(text)
+    addr = config.get("admin", {}).get("addr", "")
+    if not addr.endswith(":8080") or addr.startswith("127."):
+        fail(f"{rendered}: config admin.addr must listen on the pod IP at port 8080 (0.0.0.0:8080), has {addr!r}")
+    for secret_key in (("database", "url"), ("redis", "url"), ("admin", "token"), ("admin", "read_only_token")):
+        if secret_key[1] in config.get(secret_key[0], {}):
+            fail(f"{rendered}: {'.'.join(secret_key)} belongs in the Secret, not the ConfigMap")
+    # Everything that selects the relay's pods selects them.
+    for svc in kinds.get("Service", []):
+        if svc["metadata"]["name"] == "outbox-relay":
+            if not all(pod_labels.get(k) == v for k, v in svc["spec"]["selector"].items()):
+                fail(f"{rendered}: Service outbox-relay does not select the relay's pods")
+            if not any(p.get("targetPort") in ("admin", 8080) for p in svc["spec"]["ports"]):
+                fail(f"{rendered}: Service outbox-relay does not target the admin port")
+    for pdb in kinds.get("PodDisruptionBudget", []):
+        if not labels_match(pdb["spec"]["selector"], pod_labels):
+            fail(f"{rendered}: PodDisruptionBudget {pdb['metadata']['name']} does not select the relay's pods")
+    hpas = kinds.get("HorizontalPodAutoscaler", [])
+    for hpa in hpas:
+        ref = hpa["spec"]["scaleTargetRef"]
+        if ref.get("kind") != "Deployment" or ref.get("name") != "outbox-relay":
+            fail(f"{rendered}: HPA {hpa['metadata']['name']} does not scale Deployment outbox-relay")
+        lo, hi = hpa["spec"].get("minReplicas", 1), hpa["spec"]["maxReplicas"]
+        if not lo <= spec.get("replicas", 1) <= hi:
+            fail(f"{rendered}: Deployment replicas {spec.get('replicas')} outside the HPA's bounds {lo}..{hi}")
+        if not any(m.get("resource", {}).get("name") == "cpu" for m in hpa["spec"].get("metrics", [])):
+            fail(f"{rendered}: HPA {hpa['metadata']['name']} does not scale on CPU")
+        if "cpu" not in c.get("resources", {}).get("requests", {}):
+            fail(f"{where}: an HPA on CPU utilization needs a CPU request")
+    netpols = kinds.get("NetworkPolicy", [])
+    if not any(labels_match(n["spec"]["podSelector"], pod_labels) for n in netpols):
+        fail(f"{rendered}: no NetworkPolicy selects the relay's pods")
+    for n in netpols:
+        egress_ports = {p.get("port") for rule in n["spec"].get("egress", []) for p in rule.get("ports", [])}
+        if 53 not in egress_ports:
+            fail(f"{rendered}: NetworkPolicy {n['metadata']['name']} allows no DNS egress")
+    jobs = [j for j in kinds.get("Job", []) if j["metadata"]["name"] == "outbox-relay-migrate"]
+    if len(jobs) != 1:
+        fail(f"{rendered}: needs the Job outbox-relay-migrate")
+    else:
+        jpod = jobs[0]["spec"]["template"]["spec"]
+        check_pod(f"{rendered}: Job", jpod)
+        if jpod["containers"][0].get("args") != ["migrate"]:
+            fail(f"{rendered}: Job outbox-relay-migrate must run args [migrate]")
+        if labels_match({"matchLabels": {"app.kubernetes.io/name": "outbox-relay"}}, jobs[0]["spec"]["template"]["metadata"]["labels"]):
+            fail(f"{rendered}: the migration pods carry the relay's name label, so the Service and PDB would select them")
+        if not any(labels_match(n["spec"]["podSelector"], jobs[0]["spec"]["template"]["metadata"]["labels"]) for n in netpols):
+            fail(f"{rendered}: no NetworkPolicy selects the migration Job's pods")
+    images = {c["image"] for d in deployments + jobs for c in d["spec"]["template"]["spec"]["containers"]}
+    if len(images) != 1:
+        fail(f"{rendered}: the Deployment and the Job should run the same image, have {sorted(images)}")
+
+
+# ---------------------------------------------------------------------------- observability
+
+SERVICE_MONITOR_SPEC = {
+    "endpoints", "selector", "namespaceSelector", "jobLabel", "targetLabels", "podTargetLabels",
+    "sampleLimit", "targetLimit", "labelLimit", "labelNameLengthLimit", "labelValueLengthLimit",
+    "attachMetadata", "scrapeProtocols", "keepDroppedTargets", "scrapeClass", "bodySizeLimit",
+}
+SERVICE_MONITOR_ENDPOINT = {
+    "port", "targetPort", "path", "scheme", "params", "interval", "scrapeTimeout", "tlsConfig",
+    "bearerTokenFile", "bearerTokenSecret", "authorization", "honorLabels", "honorTimestamps",
+    "trackTimestampsStaleness", "basicAuth", "oauth2", "metricRelabelings", "relabelings",
+    "proxyUrl", "followRedirects", "enableHttp2", "filterRunning", "noProxy",
+    "proxyFromEnvironment", "proxyConnectHeader",
+}
+DURATION = re.compile(r"^(0|(\d+(ms|s|m|h|d|w|y))+)$")
+# Metrics the alerts and the dashboard may use that the relay does not export.
+FOREIGN_METRICS = {"up", "kube_deployment_status_replicas_available",
+                   "kube_pod_container_status_restarts_total", "redis_memory_used_bytes",
+                   "redis_memory_max_bytes"}
+
+
+def github_anchors(markdown_path):
+    anchors, seen = set(), {}
+    in_code = False
+    for line in open(markdown_path):
+        if line.startswith("```"):
+            in_code = not in_code
+        if in_code:
+            continue
+        m = re.match(r"^#{1,6}\s+(.*?)\s*#*\s*$", line)
+        if not m:
+            continue
+        slug = re.sub(r"[^\w\- ]", "", m.group(1).lower()).replace(" ", "-")
+        n = seen.get(slug, 0)
+        seen[slug] = n + 1
+        anchors.add(slug if n == 0 else f"{slug}-{n}")
+    return anchors
+
+
+def exported_metrics():
+    text = open(os.path.join(ROOT, "src", "telemetry.rs")).read()
+    return set(re.findall(r'"(outbox_[a-z0-9_]+)"', text))
+
+
+def metric_names(expr):
+    """The metric names in a PromQL expression: the relay's, kube-state-metrics', redis_exporter's
+    and `up` (label names and functions never start with these prefixes here)."""
+    names = set(re.findall(r"\b((?:outbox|kube|redis)_[a-z0-9_]+)\b", expr))
+    return names | set(re.findall(r"\b(up)\s*\{", expr))
+
+
+def check_metric_names(where, expr, exported):
+    for name in metric_names(expr):
+        base = re.sub(r"_(bucket|sum|count)$", "", name)
+        if name.startswith("outbox_"):
+            if name not in exported and base not in exported:
+                fail(f"{where}: metric {name} is not exported by src/telemetry.rs")
+        elif name not in FOREIGN_METRICS:
+            fail(f"{where}: metric {name} is neither the relay's nor a known foreign one")
+
+
+def observability(rendered, outdir):
+    docs = load_all(rendered)
+    kinds = by_kind(docs)
+    exported = exported_metrics()
+    base_service = next(d for d in load_all(os.path.join(ROOT, "k8s/base/service.yaml")) if d["kind"] == "Service")
+    for kind in kinds:
+        if kind not in ("ServiceMonitor", "PrometheusRule", "ConfigMap"):
+            fail(f"{rendered}: unexpected kind {kind}")
+    # ServiceMonitor: known fields, a selector that matches the Service, its port.
+    for sm in kinds.get("ServiceMonitor", []):
+        where = f"ServiceMonitor {sm['metadata']['name']}"
+        if sm.get("apiVersion") != "monitoring.coreos.com/v1":
+            fail(f"{where}: apiVersion must be monitoring.coreos.com/v1")
+        spec = sm.get("spec", {})
+        for key in set(spec) - SERVICE_MONITOR_SPEC:
+            fail(f"{where}: unknown field spec.{key}")
+        if not labels_match(spec.get("selector", {}), base_service["metadata"]["labels"]):
+            fail(f"{where}: selector does not match the Service outbox-relay's labels")
+        port_names = {p["name"] for p in base_service["spec"]["ports"]}
+        if not spec.get("endpoints"):
+            fail(f"{where}: no endpoints")
+        for ep in spec.get("endpoints", []):
+            for key in set(ep) - SERVICE_MONITOR_ENDPOINT:
+                fail(f"{where}: unknown field endpoints[].{key}")
+            if ep.get("port") not in port_names:
+                fail(f"{where}: endpoint port {ep.get('port')!r} is not a port name of the Service ({sorted(port_names)})")
+            for key in ("interval", "scrapeTimeout"):
+                if key in ep and not DURATION.match(str(ep[key])):
+                    fail(f"{where}: {key} {ep[key]!r} is not a Prometheus duration")
+    if not kinds.get("ServiceMonitor"):
+        fail(f"{rendered}: no ServiceMonitor")
+    # PrometheusRule: apiVersion, annotations, runbook anchors, metric names; files for promtool.
+    rules = kinds.get("PrometheusRule", [])
+    if len(rules) != 1:
+        fail(f"{rendered}: needs exactly one PrometheusRule")
+        return
+    pr = rules[0]
+    if pr.get("apiVersion") != "monitoring.coreos.com/v1" or set(pr.get("spec", {})) != {"groups"}:
+        fail("PrometheusRule: apiVersion monitoring.coreos.com/v1 and a spec of groups only")
+    anchors = github_anchors(os.path.join(ROOT, "docs/operations.md"))
+    stripped = json.loads(json.dumps(pr["spec"]))
+    for group in stripped["groups"]:
+        for rule in group["rules"]:
+            name = rule.get("alert") or rule.get("record")
+            where = f"PrometheusRule {name}"
+            check_metric_names(where, rule["expr"], exported)
+            if "alert" not in rule:
+                continue
+            notes = rule.get("annotations", {})
+            for key in ("summary", "description", "runbook_url"):
+                if not notes.get(key):
+                    fail(f"{where}: no {key} annotation")
+            if rule.get("labels", {}).get("severity") not in ("info", "warning", "critical"):
+                fail(f"{where}: severity label must be info, warning or critical")
+            url = notes.get("runbook_url", "")
+            m = re.match(r"^https://\S+/docs/operations\.md#([\w-]+)$", url)
+            if not m:
+                fail(f"{where}: runbook_url must point into docs/operations.md, has {url!r}")
+            elif m.group(1) not in anchors:
+                fail(f"{where}: runbook_url anchor #{m.group(1)} is not a heading of docs/operations.md")
+            rule.pop("annotations", None)
+    os.makedirs(outdir, exist_ok=True)
+    with open(os.path.join(outdir, "rules.yaml"), "w") as f:
+        yaml.safe_dump(pr["spec"], f, sort_keys=False)
+    with open(os.path.join(outdir, "rules-for-tests.yaml"), "w") as f:
+        yaml.safe_dump(stripped, f, sort_keys=False)
+    # Grafana: the JSON parses, every query parses as PromQL (as recording rules for promtool)
+    # and uses exported metrics; the rendered ConfigMap carries the same JSON.
+    path = os.path.join(ROOT, "k8s/observability/grafana-dashboard.json")
+    try:
+        dashboard = json.load(open(path))
+    except json.JSONDecodeError as e:
+        fail(f"{path}: not JSON: {e}")
+        return
+    for key in ("title", "uid", "panels"):
+        if key not in dashboard:
+            fail(f"{path}: no {key}")
+    queries = []
+    for panel in dashboard.get("panels", []):
+        if not panel.get("targets"):
+            fail(f"{path}: panel {panel.get('title')!r} has no query")
+        for t in panel.get("targets", []):
+            expr = t["expr"]
+            check_metric_names(f"dashboard panel {panel.get('title')!r}", expr, exported)
+            expr = expr.replace("$__rate_interval", "5m").replace("$__range", "1h").replace("$namespace", ".*")
+            if "$" in expr.replace("$1", ""):
+                fail(f"dashboard panel {panel.get('title')!r}: unknown variable in {t['expr']!r}")
+            queries.append({"record": f"dashboard:query_{len(queries)}", "expr": expr})
+    with open(os.path.join(outdir, "dashboard-queries.yaml"), "w") as f:
+        yaml.safe_dump({"groups": [{"name": "dashboard", "rules": queries}]}, f, sort_keys=False)
+    cms = [d for d in kinds.get("ConfigMap", []) if d["metadata"]["name"] == "outbox-relay-grafana-dashboard"]
+    if len(cms) != 1 or json.loads(next(iter(cms[0]["data"].values()))) != dashboard:
+        fail(f"{rendered}: the dashboard ConfigMap does not carry grafana-dashboard.json")
+    elif cms[0]["metadata"].get("labels", {}).get("grafana_dashboard") != "1":
+        fail(f"{rendered}: the dashboard ConfigMap lacks the label grafana_dashboard: \"1\"")
+
+
+# ---------------------------------------------------------------------------- Markdown links
+
+
+def links(files):
+    for md in files:
+        text = open(md).read()
+        text = re.sub(r"```.*?```", "", text, flags=re.S)
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"^[a-z]+:", target):
+                continue
+            path, _, anchor = target.partition("#")
+            resolved = os.path.normpath(os.path.join(os.path.dirname(md), path)) if path else md
+            if not os.path.exists(resolved):
+                fail(f"{md}: link {target} does not resolve ({resolved} missing)")
+                continue
+            if anchor and resolved.endswith(".md") and anchor not in github_anchors(resolved):
+                fail(f"{md}: link {target}: no heading #{anchor} in {resolved}")
+
+
+def main(argv):
+    command, args = argv[1], argv[2:]
+    {"dockerfile": dockerfile, "split": split, "overlay": overlay,
+     "observability": observability, "links": lambda *files: links(files)}[command](*args)
+    return 1 if FAILURES else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
