@@ -15,6 +15,20 @@ const LATENCY_BUCKETS: &[f64] = &[
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
 ];
 
+/// The actors whose panics are counted (`outbox_actor_panics_total{actor}`).
+const ACTORS: &[&str] = &[
+    "claimer",
+    "dispatcher",
+    "listener",
+    "retention",
+    "heartbeat",
+    "backlog",
+    "readiness",
+];
+
+/// The jobs whose failures are counted (`outbox_job_failures_total{job}`).
+const JOBS: &[&str] = &["listener", "retention", "heartbeat", "backlog", "readiness"];
+
 /// How often recorded histogram samples are folded into their buckets.
 const UPKEEP_EVERY: Duration = Duration::from_secs(5);
 
@@ -88,6 +102,20 @@ pub fn install_metrics() -> Option<PrometheusHandle> {
     let _ = histogram!("outbox_publish_duration_seconds");
     let _ = histogram!("outbox_event_latency_seconds");
     counter!("outbox_outage_cycles_total").absolute(0);
+    for name in [
+        "outbox_events_failed_total",
+        "outbox_events_dead_lettered_total",
+        "outbox_events_duplicate_total",
+        "outbox_retention_deleted_total",
+    ] {
+        counter!(name).absolute(0);
+    }
+    for actor in ACTORS {
+        counter!("outbox_actor_panics_total", "actor" => *actor).absolute(0);
+    }
+    for job in JOBS {
+        counter!("outbox_job_failures_total", "job" => *job).absolute(0);
+    }
     Some(handle)
 }
 

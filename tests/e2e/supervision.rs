@@ -152,6 +152,9 @@ async fn every_contract_metric_is_in_the_first_scrape() {
         "# TYPE outbox_events_dead gauge",
         "# TYPE outbox_oldest_pending_age_seconds gauge",
         "outbox_publish_duration_seconds_count 0",
+        "outbox_events_failed_total 0",
+        "outbox_events_dead_lettered_total 0",
+        "outbox_actor_panics_total{actor=\"claimer\"} 0",
         "outbox_publish_duration_seconds_bucket{le=\"+Inf\"} 0",
     ] {
         assert!(
