@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use diesel::sql_types::{BigInt, Double};
 use diesel::QueryableByName;
-use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
+use diesel_async::{AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
 use uuid::Uuid;
 
 use super::Figure;
@@ -22,6 +22,8 @@ pub struct BenchEnv {
     pub postgres_url: String,
     /// Redis URL.
     pub redis_url: String,
+    /// The CA that signs the Redis server's certificate, for a `rediss://` URL.
+    pub redis_ca: Option<std::path::PathBuf>,
 }
 
 impl BenchEnv {
@@ -30,8 +32,34 @@ impl BenchEnv {
         BenchEnv {
             postgres_url: postgres_url.to_string(),
             redis_url: redis_url.to_string(),
+            redis_ca: None,
         }
     }
+
+    /// A multiplexed Redis connection with a generous response timeout, over TLS when the
+    /// environment has a CA.
+    pub async fn redis(&self) -> anyhow::Result<redis::aio::MultiplexedConnection> {
+        let config =
+            redis::AsyncConnectionConfig::new().set_response_timeout(Some(Duration::from_secs(30)));
+        let client = match &self.redis_ca {
+            None => redis::Client::open(self.redis_url.as_str())?,
+            Some(ca) => redis::Client::build_with_tls(
+                self.redis_url.as_str(),
+                redis::TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(std::fs::read(ca)?),
+                },
+            )?,
+        };
+        Ok(client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await?)
+    }
+}
+
+/// A Postgres connection as the relay makes them (TLS as the URL's `sslmode` says).
+pub async fn pg(url: &str) -> anyhow::Result<AsyncPgConnection> {
+    Ok(crate::db::tls::connect(url).await?)
 }
 
 /// A fresh, migrated database and stream prefix; removed by [`Scratch::cleanup`].
@@ -56,19 +84,14 @@ impl Scratch {
     pub async fn new(env: &BenchEnv) -> anyhow::Result<Scratch> {
         let id = Uuid::new_v4().simple().to_string();
         let name = format!("outbox_bench_{}", &id[..12]);
-        let mut admin = AsyncPgConnection::establish(&env.postgres_url)
-            .await
-            .context("connect to postgres")?;
+        let mut admin = pg(&env.postgres_url).await.context("connect to postgres")?;
         admin
             .batch_execute(&format!("CREATE DATABASE {name}"))
             .await?;
         let url = url_with_db(&env.postgres_url, &name)?;
         crate::db::migrate::run_pending(&url).await?;
         if let Ok(extra) = std::env::var("BENCH_EXTRA_SQL") {
-            AsyncPgConnection::establish(&url)
-                .await?
-                .batch_execute(&extra)
-                .await?;
+            pg(&url).await?.batch_execute(&extra).await?;
         }
         Ok(Scratch {
             name,
@@ -80,7 +103,7 @@ impl Scratch {
 
     /// A connection to the scratch database.
     pub async fn conn(&self) -> anyhow::Result<AsyncPgConnection> {
-        Ok(AsyncPgConnection::establish(&self.url).await?)
+        pg(&self.url).await
     }
 
     /// Stream key of topic `n` of the workload.
@@ -103,7 +126,7 @@ impl Scratch {
 
     /// Drops the database and deletes the streams (and their dedup sets).
     pub async fn cleanup(self) {
-        if let Ok(mut admin) = AsyncPgConnection::establish(&self.env.postgres_url).await {
+        if let Ok(mut admin) = pg(&self.env.postgres_url).await {
             let _ = admin
                 .batch_execute(&format!(
                     "DROP DATABASE IF EXISTS {} WITH (FORCE)",
@@ -111,7 +134,7 @@ impl Scratch {
                 ))
                 .await;
         }
-        if let Ok(mut redis) = redis_conn(&self.env.redis_url).await {
+        if let Ok(mut redis) = self.env.redis().await {
             let keys: Vec<String> = redis::cmd("KEYS")
                 .arg(format!("*{}*", self.prefix))
                 .query_async(&mut redis)
@@ -123,15 +146,6 @@ impl Scratch {
             }
         }
     }
-}
-
-/// A multiplexed Redis connection with a generous response timeout.
-pub async fn redis_conn(url: &str) -> anyhow::Result<redis::aio::MultiplexedConnection> {
-    let config =
-        redis::AsyncConnectionConfig::new().set_response_timeout(Some(Duration::from_secs(30)));
-    Ok(redis::Client::open(url)?
-        .get_multiplexed_async_connection_with_config(&config)
-        .await?)
 }
 
 /// The shape of the preloaded backlog.
@@ -258,6 +272,11 @@ impl RelayProcess {
             .env(
                 "RUST_LOG",
                 std::env::var("BENCH_RELAY_LOG").unwrap_or_else(|_| "warn".into()),
+            )
+            .envs(
+                env.redis_ca
+                    .iter()
+                    .map(|ca| ("OUTBOX__REDIS__CA_FILE", ca.as_os_str())),
             )
             .envs(extra.iter().copied())
             .stdout(Stdio::null())
@@ -387,7 +406,7 @@ where
             conn.batch_execute(setup_sql).await?;
         }
         let wal_before = wal_position(&mut conn).await?;
-        let mut redis = redis_conn(&env.redis_url).await?;
+        let mut redis = env.redis().await?;
         let meter = super::machine::Meter::start(&mut redis).await;
         let started = Instant::now();
         let usage = body(&scratch).await?;
@@ -425,7 +444,7 @@ pub async fn drain(
 ) -> anyhow::Result<Drain> {
     measure_drain(env, n, shape, "", async |scratch: &Scratch| {
         let mut conn = scratch.conn().await?;
-        let mut redis = redis_conn(&env.redis_url).await?;
+        let mut redis = env.redis().await?;
         let started = Instant::now();
         let relays = (0..replicas)
             .map(|i| RelayProcess::start(scratch, env, &format!("bench-{i}"), extra))

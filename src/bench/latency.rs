@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use diesel::sql_types::{Text, Uuid as SqlUuid};
 use diesel::QueryableByName;
-use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
+use diesel_async::{AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
 use redis::streams::{StreamReadOptions, StreamReadReply};
 use uuid::Uuid;
 
@@ -248,7 +248,7 @@ async fn steady_in(
         let producing = producing.clone();
         let url = scratch.url.clone();
         tokio::spawn(async move {
-            let mut conn = AsyncPgConnection::establish(&url).await?;
+            let mut conn = harness::pg(&url).await?;
             loop {
                 tokio::time::sleep(every).await;
                 // Spelled out: diesel's `load` is in scope too.
@@ -266,9 +266,9 @@ async fn steady_in(
         let received = received.clone();
         let producing = producing.clone();
         let streams: Vec<String> = (0..TOPICS).map(|t| scratch.stream(t)).collect();
-        let url = env.redis_url.clone();
+        let env = env.clone();
         tokio::spawn(async move {
-            let mut redis = harness::redis_conn(&url).await?;
+            let mut redis = env.redis().await?;
             let mut ids: Vec<String> = vec!["0-0".to_string(); streams.len()];
             let opts = StreamReadOptions::default().block(500).count(1000);
             // Stop when everything arrived, or 10 s after the producers finished and
@@ -315,7 +315,7 @@ async fn steady_in(
 
     // Producers: enough connections that commits (an fsync each) keep up with the rate.
     let producers = ((rate / 100) as usize).clamp(2, 64);
-    let mut meter_redis = harness::redis_conn(&env.redis_url).await?;
+    let mut meter_redis = env.redis().await?;
     let meter = super::machine::Meter::start(&mut meter_redis).await;
     let started = Instant::now();
     let interval = Duration::from_secs_f64(1.0 / rate as f64);
@@ -324,7 +324,7 @@ async fn steady_in(
         let url = scratch.url.clone();
         let committed = committed.clone();
         tasks.push(tokio::spawn(async move {
-            let mut conn = AsyncPgConnection::establish(&url).await?;
+            let mut conn = harness::pg(&url).await?;
             let mut i = p as u64;
             while i < total {
                 let due = started + interval.mul_f64(i as f64);

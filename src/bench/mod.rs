@@ -13,6 +13,7 @@ pub mod latency;
 pub mod machine;
 pub mod reference;
 pub mod report;
+pub mod tls;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -24,6 +25,9 @@ pub use report::{Figure, Report};
 
 /// The ceiling scenario's name.
 const CEILING: &str = "ceiling: relay SQL, no Redis";
+/// The TLS scenario's two sides.
+const TLS_OFF: &str = "tls: off (own Redis, sslmode=disable)";
+const TLS_ON: &str = "tls: on (rediss, sslmode=require)";
 
 /// The relay's poll interval in the polled latency scenarios.
 pub const POLLED_INTERVAL: Duration = Duration::from_millis(10);
@@ -107,6 +111,10 @@ pub async fn run(options: BenchOptions) -> anyhow::Result<Report> {
     // Rounds, not repeats of each scenario in a row: a slow minute of the machine then
     // falls on every scenario alike, and the ratios between them stay fair.
     let mut runs: Vec<(String, Vec<anyhow::Result<Drain>>)> = Vec::new();
+    let tls = match options.wants("tls") {
+        true => Some(tls::TlsServers::start()),
+        false => None,
+    };
     for round in 0..options.repeat.max(1) {
         // The ceiling runs right beside the keep-rows drain, so each round's ratio of the two
         // compares the same minute of a shared machine (its speed drifts from one minute to
@@ -143,6 +151,24 @@ pub async fn run(options: BenchOptions) -> anyhow::Result<Report> {
         if options.wants("hotkey") {
             let r = harness::drain(&env, n, 1, harness::Shape::HotKey, &[]).await;
             add_run(&mut runs, "hot key (one partition key)", r);
+        }
+        if let Some(servers) = &tls {
+            // Both sides in every round, in alternating order, like the ceiling's pair.
+            let sides = if round % 2 == 0 {
+                [false, true]
+            } else {
+                [true, false]
+            };
+            for on in sides {
+                let r = match servers {
+                    Ok(servers) => match servers.env(&env, on) {
+                        Ok(side) => harness::drain(&side, n, 1, harness::Shape::Mixed, &[]).await,
+                        Err(e) => Err(e),
+                    },
+                    Err(e) => Err(anyhow::anyhow!("tls servers: {e:#}")),
+                };
+                add_run(&mut runs, if on { TLS_ON } else { TLS_OFF }, r);
+            }
         }
         if options.wants("baseline") {
             let r = reference::seed_algorithm(&env, n.min(20_000)).await;

@@ -30,7 +30,7 @@ pub async fn seed_algorithm(env: &BenchEnv, n: u64) -> anyhow::Result<Drain> {
     let index = "CREATE INDEX bench_seed_pending ON outbox (created_at) WHERE published_at IS NULL";
     harness::measure_drain(env, n, Shape::Mixed, index, async |scratch: &Scratch| {
         let mut conn = scratch.conn().await?;
-        let mut redis = harness::redis_conn(&env.redis_url).await?;
+        let mut redis = env.redis().await?;
         loop {
             let prefix = scratch.prefix.clone();
             let redis = &mut redis;
@@ -88,7 +88,7 @@ pub async fn ceiling(env: &BenchEnv, n: u64) -> anyhow::Result<Drain> {
         let loops = (0..workers).map(|_| {
             let url = scratch.url.clone();
             async move {
-                let mut c = diesel_async::AsyncPgConnection::establish(&url).await?;
+                let mut c = super::harness::pg(&url).await?;
                 let mut idle = 0;
                 while idle < 3 {
                     let claimed = c

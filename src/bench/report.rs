@@ -162,6 +162,11 @@ impl Report {
 
     /// Works out the keep-rows drain's ratios to the bloat, seed and ceiling scenarios.
     pub fn compare(&mut self) {
+        let tls = self
+            .find("tls: on")
+            .zip(self.find("tls: off"))
+            .and_then(|(on, off)| Ratio::between("TLS / plain drain", on, off));
+        self.ratios = tls.into_iter().collect();
         let Some(ours) = self.find("drain (keep") else {
             return;
         };
@@ -178,8 +183,8 @@ impl Report {
                 false => Ratio::between(name, ours, other),
             }
         })
-        .collect();
-        self.ratios = ratios;
+        .collect::<Vec<_>>();
+        self.ratios.extend(ratios);
     }
 
     /// Prints the table, with the ratios to the references measured in this run.

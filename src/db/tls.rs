@@ -124,19 +124,24 @@ impl Target {
             .with_safe_default_protocol_versions()
             .map_err(|e| TlsSettingError(e.to_string()))?;
         let verifier: Arc<dyn ServerCertVerifier> = match self.mode {
-            TlsMode::Disable | TlsMode::Prefer | TlsMode::Require => {
-                Arc::new(AnyCertificate(provider))
-            }
+            TlsMode::Disable | TlsMode::Prefer | TlsMode::Require => Arc::new(Relaxed {
+                provider,
+                chain: None,
+            }),
             TlsMode::VerifyCa | TlsMode::VerifyFull => {
                 let roots = match &self.root_cert {
                     Some(path) => roots_from(path, "sslrootcert")?,
                     None => system_roots()?,
                 };
-                let webpki = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
-                    .build()
-                    .map_err(|e| TlsSettingError(format!("sslrootcert: {e}")))?;
+                let webpki =
+                    WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+                        .build()
+                        .map_err(|e| TlsSettingError(format!("sslrootcert: {e}")))?;
                 if self.mode == TlsMode::VerifyCa {
-                    Arc::new(AnyHostName(webpki))
+                    Arc::new(Relaxed {
+                        provider,
+                        chain: Some(webpki),
+                    })
                 } else {
                     webpki
                 }
@@ -207,60 +212,16 @@ fn system_roots() -> Result<RootCertStore, TlsSettingError> {
     Ok(roots)
 }
 
-/// `prefer` and `require`: encryption without authentication, as libpq does.
+/// `prefer` and `require` (no `chain`): encryption without authentication, as libpq does.
+/// `verify-ca` (a `chain`): the certificate must lead to a trusted root; its host name may be
+/// anything. Handshake signatures are checked either way.
 #[derive(Debug)]
-struct AnyCertificate(Arc<rustls::crypto::CryptoProvider>);
-
-impl ServerCertVerifier for AnyCertificate {
-    fn verify_server_cert(
-        &self,
-        _: &CertificateDer<'_>,
-        _: &[CertificateDer<'_>],
-        _: &ServerName<'_>,
-        _: &[u8],
-        _: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
+struct Relaxed {
+    provider: Arc<rustls::crypto::CryptoProvider>,
+    chain: Option<Arc<WebPkiServerVerifier>>,
 }
 
-/// `verify-ca`: the chain must lead to a trusted root; the host name may be anything.
-#[derive(Debug)]
-struct AnyHostName(Arc<WebPkiServerVerifier>);
-
-impl ServerCertVerifier for AnyHostName {
+impl ServerCertVerifier for Relaxed {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
@@ -269,10 +230,10 @@ impl ServerCertVerifier for AnyHostName {
         ocsp: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        match self
-            .0
-            .verify_server_cert(end_entity, intermediates, server_name, ocsp, now)
-        {
+        let Some(chain) = &self.chain else {
+            return Ok(ServerCertVerified::assertion());
+        };
+        match chain.verify_server_cert(end_entity, intermediates, server_name, ocsp, now) {
             Err(rustls::Error::InvalidCertificate(
                 CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
             )) => Ok(ServerCertVerified::assertion()),
@@ -286,7 +247,8 @@ impl ServerCertVerifier for AnyHostName {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls12_signature(message, cert, dss)
+        let algorithms = &self.provider.signature_verification_algorithms;
+        rustls::crypto::verify_tls12_signature(message, cert, dss, algorithms)
     }
 
     fn verify_tls13_signature(
@@ -295,11 +257,14 @@ impl ServerCertVerifier for AnyHostName {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls13_signature(message, cert, dss)
+        let algorithms = &self.provider.signature_verification_algorithms;
+        rustls::crypto::verify_tls13_signature(message, cert, dss, algorithms)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.supported_verify_schemes()
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
     }
 }
 

@@ -1,0 +1,192 @@
+//! The TLS scenario: the same drain with Postgres and Redis over TLS and without, in the same
+//! round. Two redis-servers of its own, started alike (one plain, one TLS-only with a
+//! certificate from a CA made with `openssl`), and the local Postgres with `sslmode=require`
+//! against `sslmode=disable` (Debian's server has TLS on, with its snakeoil certificate).
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+
+use super::BenchEnv;
+
+/// The two redis-servers and the CA, removed on drop.
+pub struct TlsServers {
+    dir: PathBuf,
+    servers: Vec<Child>,
+    plain_port: u16,
+    tls_port: u16,
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+fn openssl(dir: &Path, args: &[&str]) -> anyhow::Result<()> {
+    let out = Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .context("run openssl")?;
+    anyhow::ensure!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(())
+}
+
+fn redis_server(dir: &Path, args: &[String]) -> anyhow::Result<Child> {
+    Command::new("redis-server")
+        .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+        .arg("--dir")
+        .arg(dir)
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("start redis-server")
+}
+
+impl TlsServers {
+    /// Makes the certificates and starts both servers.
+    pub fn start() -> anyhow::Result<TlsServers> {
+        let dir = std::env::temp_dir().join(format!("outbox-bench-tls-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir)?;
+        let ec = [
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+        ];
+        let ca = [
+            &["req", "-x509"][..],
+            &ec,
+            &[
+                "-keyout",
+                "ca.key",
+                "-out",
+                "ca.crt",
+                "-days",
+                "2",
+                "-subj",
+                "/CN=bench-ca",
+            ],
+            &["-addext", "basicConstraints=critical,CA:TRUE"],
+            &["-addext", "keyUsage=critical,keyCertSign,cRLSign"],
+        ]
+        .concat();
+        openssl(&dir, &ca)?;
+        std::fs::write(
+            dir.join("server.ext"),
+            "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature\nextendedKeyUsage=serverAuth\nsubjectAltName=DNS:localhost\n",
+        )?;
+        let csr = [
+            &["req"][..],
+            &ec,
+            &[
+                "-keyout",
+                "server.key",
+                "-out",
+                "server.csr",
+                "-subj",
+                "/CN=localhost",
+            ],
+        ]
+        .concat();
+        openssl(&dir, &csr)?;
+        openssl(
+            &dir,
+            &[
+                "x509",
+                "-req",
+                "-in",
+                "server.csr",
+                "-CA",
+                "ca.crt",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-out",
+                "server.crt",
+                "-days",
+                "2",
+                "-extfile",
+                "server.ext",
+            ],
+        )?;
+        let (plain_port, tls_port) = (free_port()?, free_port()?);
+        let plain = redis_server(&dir, &["--port".into(), plain_port.to_string()])?;
+        let tls = redis_server(
+            &dir,
+            &[
+                "--port".into(),
+                "0".into(),
+                "--tls-port".into(),
+                tls_port.to_string(),
+                "--tls-cert-file".into(),
+                dir.join("server.crt").display().to_string(),
+                "--tls-key-file".into(),
+                dir.join("server.key").display().to_string(),
+                "--tls-auth-clients".into(),
+                "no".into(),
+            ],
+        )?;
+        let me = TlsServers {
+            dir,
+            servers: vec![plain, tls],
+            plain_port,
+            tls_port,
+        };
+        for port in [plain_port, tls_port] {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+                anyhow::ensure!(
+                    Instant::now() < deadline,
+                    "redis-server on {port} did not start"
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        Ok(me)
+    }
+
+    /// The bench environment of one side: over TLS or not, both ends.
+    pub fn env(&self, base: &BenchEnv, tls: bool) -> anyhow::Result<BenchEnv> {
+        let mut postgres = url::Url::parse(&base.postgres_url).context("postgres url")?;
+        let kept: Vec<(String, String)> = postgres
+            .query_pairs()
+            .filter(|(k, _)| k != "sslmode")
+            .map(|(k, v)| (k.into_owned(), v.into_owned()))
+            .collect();
+        let mode = if tls { "require" } else { "disable" };
+        postgres
+            .query_pairs_mut()
+            .clear()
+            .extend_pairs(kept)
+            .append_pair("sslmode", mode);
+        Ok(BenchEnv {
+            postgres_url: postgres.to_string(),
+            redis_url: if tls {
+                format!("rediss://localhost:{}", self.tls_port)
+            } else {
+                format!("redis://127.0.0.1:{}", self.plain_port)
+            },
+            redis_ca: tls.then(|| self.dir.join("ca.crt")),
+        })
+    }
+}
+
+impl Drop for TlsServers {
+    fn drop(&mut self) {
+        for server in &mut self.servers {
+            let _ = server.kill();
+            let _ = server.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
