@@ -16,7 +16,7 @@ use diesel_async::pooled_connection::bb8::PooledConnection;
 use diesel_async::pooled_connection::{
     AsyncDieselConnectionManager, ManagerConfig, RecyclingMethod,
 };
-use diesel_async::{AsyncConnection, AsyncPgConnection, SimpleAsyncConnection};
+use diesel_async::{AsyncPgConnection, SimpleAsyncConnection};
 use futures::FutureExt;
 
 /// The pool shared by the actors and the admin server.
@@ -78,6 +78,11 @@ pub struct SessionLimits {
 
 impl SessionLimits {
     fn sql(&self) -> String {
+        if super::pooler::transaction_pooling() {
+            // Behind a transaction pooler a session setting would bind one server connection
+            // for all its clients: each transaction sets the limits itself (`pooler`).
+            return "SET application_name = 'outbox-relay'".into();
+        }
         let lease_ms = self.lease.as_millis().max(1000);
         // Keepalives let Postgres notice a relay host that vanished (power loss, partition)
         // within about a third of the lease, where the kernel default would take hours.
@@ -102,7 +107,7 @@ pub async fn establish(
     let url = url.to_string();
     let setup = limits.sql();
     let open = async move {
-        let mut conn = AsyncPgConnection::establish(&url).await?;
+        let mut conn = super::pooler::connect(&url).await?;
         conn.batch_execute(&setup)
             .await
             .map_err(ConnectionError::CouldntSetupConfiguration)?;
