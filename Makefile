@@ -8,7 +8,7 @@ REDIS_PORT ?= 6379
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 
-services: ## make sure Postgres (5432) and Redis (6379) run locally: start them, or install them with apt
+services: ## make sure Postgres (5432) and Redis (6379) run locally (start them, or install them with apt) and PgBouncer is installed
 	@bash scripts/services.sh
 
 browser: ## make sure headless Chromium and chromedriver (the UI tests' browser) are installed, with apt if absent

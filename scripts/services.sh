@@ -2,6 +2,7 @@
 # Makes sure the local services the product and its tests need are running:
 # PostgreSQL on 127.0.0.1:5432 (trust auth, user postgres) and Redis on 127.0.0.1:6379.
 # Starts them when stopped, installs them with apt when absent. Never stops or flushes them.
+# Also installs PgBouncer when absent, but does not run it: the tests start their own.
 set -euo pipefail
 
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
@@ -47,4 +48,15 @@ if ! redis_up; then
   for _ in $(seq 1 30); do redis_up && break; sleep 0.5; done
 fi
 redis_up || { echo "services: Redis is not reachable on 127.0.0.1:6379" >&2; exit 1; }
-echo "services: PostgreSQL and Redis are up"
+
+# PgBouncer: only its binary (Debian puts it in /usr/sbin). The `pgbouncer` tests start private
+# instances in transaction pooling mode (tests/e2e/support/pgbouncer.rs); the packaged service,
+# which the package enables where systemd runs, is switched off right after installing.
+if ! command -v pgbouncer >/dev/null 2>&1 && [ ! -x /usr/sbin/pgbouncer ]; then
+  echo "services: installing PgBouncer (its service stays off: the tests start their own)"
+  apt_install pgbouncer
+  if [ -d /run/systemd/system ]; then
+    as_root systemctl disable --now pgbouncer >/dev/null 2>&1 || true
+  fi
+fi
+echo "services: PostgreSQL and Redis are up, PgBouncer installed"

@@ -55,6 +55,15 @@ pub async fn run_until(
         lease: settings.relay.lease,
     };
     db::prepared::enable(settings.database.prepared_statements);
+    // Without prepared statements the database may be behind a pooler in transaction mode:
+    // nothing is then kept in a session between transactions (`db::pooler`).
+    db::pooler::configure(!settings.database.prepared_statements, settings.relay.lease);
+    if !settings.database.prepared_statements && !settings.relay.poll_only {
+        tracing::warn!(
+            "database.prepared_statements = false without relay.poll_only: behind a pooler in \
+             transaction mode LISTEN cannot work, set OUTBOX__RELAY__POLL_ONLY=true"
+        );
+    }
     // Validation keeps pool_size >= relay.workers + 2, so the relay keeps a connection per
     // claim worker.
     let relay_pool = db::pool::build(
@@ -127,7 +136,7 @@ pub async fn run_until(
     // backlog sampler registers them once it is.
     let registered = tokio::time::timeout(Duration::from_secs(2), async {
         let mut conn = state.pool.get().await.map_err(crate::db::DbError::from)?;
-        relay::stats::register_topics(&mut conn).await
+        db::pooler::unit(&mut conn, relay::stats::register_topics).await
     })
     .await;
     if !matches!(registered, Ok(Ok(()))) {

@@ -66,9 +66,9 @@ pub struct DatabaseSettings {
     /// Postgres connections per replica, LISTEN aside: two form the admin server's pool, the
     /// rest the relay's (claim cycles and maintenance).
     pub pool_size: u32,
-    /// Keep the claim cycle's statements prepared on each connection. Off behind a pooler in
-    /// transaction mode that does not carry prepared statements across server connections
-    /// (PgBouncer before 1.21, or its `max_prepared_statements = 0`).
+    /// Keep the claim cycle's statements prepared on each connection, a session of its own.
+    /// Off: keep nothing in a session between transactions (`db::pooler`), as behind a pooler
+    /// in transaction mode (PgBouncer, any version; with `relay.poll_only`).
     pub prepared_statements: bool,
 }
 

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use diesel_async::RunQueryDsl;
+use diesel_async::SimpleAsyncConnection;
 use futures::future::BoxFuture;
 use futures::FutureExt;
 
@@ -33,7 +33,8 @@ pub struct ReadinessCheck {
 async fn postgres_ok(pool: &Pool) -> bool {
     let check = async {
         let mut conn = pool.get().await.ok()?;
-        diesel::sql_query("SELECT 1").execute(&mut conn).await.ok()
+        // The simple protocol: one round trip, no prepared statement (safe behind a pooler).
+        conn.batch_execute("SELECT 1").await.ok()
     };
     matches!(tokio::time::timeout(PING_TIMEOUT, check).await, Ok(Some(_)))
 }

@@ -1,6 +1,8 @@
-//! The embedded migrations, applied under an advisory lock so that replicas may race.
+//! The embedded migrations, applied in one transaction under a transaction-scoped advisory
+//! lock, so that replicas may race, also through a pooler in transaction mode.
 
-use diesel::connection::SimpleConnection;
+use diesel::connection::{CacheSize, SimpleConnection};
+use diesel::Connection;
 use diesel_async::async_connection_wrapper::AsyncConnectionWrapper;
 use diesel_async::AsyncPgConnection;
 use diesel_migrations::{embed_migrations, EmbeddedMigrations, MigrationHarness};
@@ -19,7 +21,10 @@ pub enum MigrateError {
     Connect(#[from] diesel::ConnectionError),
     /// The lock statement failed.
     #[error("cannot take the migration lock: {0}")]
-    Lock(#[from] diesel::result::Error),
+    Lock(diesel::result::Error),
+    /// The migrations' transaction could not begin or commit.
+    #[error("migration transaction failed: {0}")]
+    Transaction(#[from] diesel::result::Error),
     /// A migration failed.
     #[error("migration failed: {0}")]
     Migration(String),
@@ -41,26 +46,29 @@ pub async fn run_pending(url: &str) -> Result<usize, MigrateError> {
 }
 
 fn run_blocking(url: &str) -> Result<usize, MigrateError> {
-    // The connection (plain or TLS, see `tls`) is driven by a runtime of its own, and the
-    // wrapper blocks on that runtime's handle for each synchronous call of the harness.
+    // The connection's task runs on this runtime's worker while the synchronous harness
+    // waits for each statement.
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
         .build()
         .map_err(|_| MigrateError::Thread)?;
     let conn = runtime.block_on(super::tls::connect(url))?;
-    let mut conn = {
-        let _entered = runtime.enter();
-        AsyncConnectionWrapper::<AsyncPgConnection>::from(conn)
-    };
-    // Session-level lock: a second replica waits here, then finds nothing pending.
-    conn.batch_execute(&format!("SELECT pg_advisory_lock({MIGRATION_LOCK})"))?;
-    let result = conn
-        .run_pending_migrations(MIGRATIONS)
-        .map(|applied| applied.len())
-        .map_err(|e| MigrateError::Migration(e.to_string()));
-    let unlock = conn.batch_execute(&format!("SELECT pg_advisory_unlock({MIGRATION_LOCK})"));
-    let applied = result?;
-    unlock?;
-    Ok(applied)
+    let mut conn = AsyncConnectionWrapper::<AsyncPgConnection>::from(conn);
+    // Nothing may outlive the transaction on the server connection (see `pooler`).
+    conn.set_prepared_statement_cache_size(CacheSize::Disabled);
+    // One transaction: a second replica waits at the lock, then finds nothing pending; the
+    // lock ends with the transaction, also behind a pooler in transaction mode, where a
+    // session lock would stay on whichever server connection took it. Each migration is a
+    // savepoint inside it; a failing one leaves the database as it was.
+    let applied = conn.transaction::<_, MigrateError, _>(|c| {
+        c.batch_execute(&format!("SELECT pg_advisory_xact_lock({MIGRATION_LOCK})"))
+            .map_err(MigrateError::Lock)?;
+        c.run_pending_migrations(MIGRATIONS)
+            .map(|applied| applied.len())
+            .map_err(|e| MigrateError::Migration(e.to_string()))
+    });
+    drop(conn);
+    drop(runtime);
+    applied
 }

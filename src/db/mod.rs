@@ -10,6 +10,7 @@ pub mod idempotency;
 pub mod migrate;
 pub mod outbox;
 pub mod pool;
+pub mod pooler;
 pub mod prepared;
 pub mod replicas;
 pub mod schema;

@@ -78,6 +78,11 @@ pub struct SessionLimits {
 
 impl SessionLimits {
     fn sql(&self) -> String {
+        if super::pooler::transaction_pooling() {
+            // Behind a transaction pooler a session setting would bind one server connection
+            // for all its clients: each transaction sets the limits itself (`pooler`).
+            return "SET application_name = 'outbox-relay'".into();
+        }
         let lease_ms = self.lease.as_millis().max(1000);
         // Keepalives let Postgres notice a relay host that vanished (power loss, partition)
         // within about a third of the lease, where the kernel default would take hours.

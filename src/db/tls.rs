@@ -162,7 +162,8 @@ impl Target {
         }
     }
 
-    /// Opens a connection as the URL says; its driver task runs on the current runtime.
+    /// Opens a connection as the URL says (adopted as `pooler` requires); its driver task runs
+    /// on the current runtime.
     pub async fn connect(&self) -> Result<AsyncPgConnection, ConnectionError> {
         let bad = |e: tokio_postgres::Error| ConnectionError::BadConnection(tls_reason(&e));
         if self.mode == TlsMode::Disable {
@@ -171,7 +172,7 @@ impl Target {
                 .connect(tokio_postgres::NoTls)
                 .await
                 .map_err(bad)?;
-            return AsyncPgConnection::try_from_client_and_connection(client, conn).await;
+            return super::pooler::adopt(client, conn).await;
         }
         let tls = self
             .client_config()
@@ -184,7 +185,7 @@ impl Target {
         });
         let connector = tokio_postgres_rustls::MakeRustlsConnect::new(tls);
         let (client, conn) = config.connect(connector).await.map_err(bad)?;
-        AsyncPgConnection::try_from_client_and_connection(client, conn).await
+        super::pooler::adopt(client, conn).await
     }
 }
 

@@ -124,7 +124,10 @@ impl Claimer {
         let pool = self.deps.pool.clone();
         let write = async move {
             let mut conn = pool.get().await.map_err(crate::db::DbError::from)?;
-            crate::db::wake::announce_busy(&mut conn, quiet::QUIET_FOR).await
+            crate::db::pooler::unit(&mut conn, async |c| {
+                crate::db::wake::announce_busy(c, quiet::QUIET_FOR).await
+            })
+            .await
         }
         .into_actor(self)
         .map(|result, act, ctx| {

@@ -10,7 +10,7 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 
 use super::periodic::Job;
-use crate::db::{idempotency, outbox, DbError, Pool};
+use crate::db::{idempotency, outbox, pooler, DbError, Pool};
 
 /// The cleaner's settings and pool.
 #[derive(Clone)]
@@ -31,11 +31,10 @@ pub async fn run_once(cleaner: &Cleaner) -> Result<Option<usize>, DbError> {
     let mut total = 0;
     loop {
         let mut conn = cleaner.pool.get().await?;
-        match outbox::delete_published_before(
-            &mut conn,
-            older_than_ms,
-            i64::from(cleaner.batch_size),
-        )
+        let batch = i64::from(cleaner.batch_size);
+        match pooler::unit(&mut conn, async |c| {
+            outbox::delete_published_before(c, older_than_ms, batch).await
+        })
         .await?
         {
             None => return Ok(None),
@@ -56,7 +55,8 @@ pub async fn run_once(cleaner: &Cleaner) -> Result<Option<usize>, DbError> {
     // Expired keys are also ignored at lookup; this only bounds the table. Only the replica
     // that held the retention lock gets here.
     let mut conn = cleaner.pool.get().await?;
-    idempotency::expire(&mut conn, i64::from(cleaner.batch_size)).await?;
+    let batch = i64::from(cleaner.batch_size);
+    pooler::unit(&mut conn, async |c| idempotency::expire(c, batch).await).await?;
     Ok(Some(total))
 }
 

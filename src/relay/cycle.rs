@@ -12,7 +12,7 @@ use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
-use diesel_async::{AsyncConnection, AsyncPgConnection};
+use diesel_async::AsyncPgConnection;
 use futures::future::join_all;
 use uuid::Uuid;
 
@@ -25,7 +25,7 @@ use super::settle::{self, Row, Settled};
 use super::slots::SlotGate;
 use crate::config::RetrySettings;
 use crate::db::outbox::{self, BatchLimits, Failure};
-use crate::db::{DbError, Pool};
+use crate::db::{pooler, DbError, Pool};
 use crate::publish::{Outcome, PublishError};
 use crate::relay::sizing::SizeHint;
 
@@ -168,8 +168,12 @@ async fn attempt(
     overlap: bool,
     appended: &HashSet<Uuid>,
 ) -> Result<CycleReport, Attempt> {
-    conn.transaction::<_, Attempt, _>(async |c| claim_and_publish(c, deps, overlap, appended).await)
-        .await
+    // The transaction sets the lease as its own timeouts (`pooler::begin_sql`): also through
+    // a transaction pooler, Postgres ends it when this replica hangs inside it.
+    pooler::transaction::<_, Attempt, _>(conn, async |c| {
+        claim_and_publish(c, deps, overlap, appended).await
+    })
+    .await
 }
 
 /// The stages, in the cycle's transaction.

@@ -16,7 +16,7 @@ use uuid::Uuid;
 
 use super::messages::Publish;
 use super::supervision::{catching, Panicked};
-use crate::db::{topics, Pool};
+use crate::db::{pooler, topics, Pool};
 use crate::publish::{keys, Outcome, PublishError, Publisher};
 
 /// Publishes one topic.
@@ -35,7 +35,7 @@ impl Actor for Dispatcher {
         actix::spawn(async move {
             let registered = async {
                 let mut conn = pool.get().await?;
-                topics::register(&mut conn, &topic).await
+                pooler::unit(&mut conn, async |c| topics::register(c, &topic).await).await
             };
             if let Err(e) = registered.await {
                 tracing::debug!(%topic, error = %e, "topic not registered; the next start tries again");

@@ -12,7 +12,7 @@ use futures::FutureExt;
 
 use super::periodic::Job;
 use super::throughput::Throughput;
-use crate::db::{replicas, DbError, Pool};
+use crate::db::{pooler, replicas, DbError, Pool};
 
 /// This replica's identity and pool.
 #[derive(Clone)]
@@ -40,7 +40,10 @@ impl Heartbeat {
     pub async fn leave(&self) -> Result<(), DbError> {
         self.leaving.store(true, Ordering::SeqCst);
         let mut conn = self.pool.get().await?;
-        replicas::forget(&mut conn, &self.instance_id).await
+        pooler::unit(&mut conn, async |c| {
+            replicas::forget(c, &self.instance_id).await
+        })
+        .await
     }
 }
 
@@ -58,12 +61,15 @@ impl Job for Heartbeat {
                 return Ok(());
             }
             let mut conn = me.pool.get().await?;
-            replicas::beat(&mut conn, &me.instance_id, crate::VERSION, me.started_at).await?;
             let ring = &me.throughput;
             let last_minute = i64::try_from(ring.published_last_minute()).unwrap_or(i64::MAX);
             let minutes = serde_json::to_value(ring.minutes()).unwrap_or_default();
-            replicas::report_throughput(&mut conn, &me.instance_id, last_minute, &minutes).await?;
-            replicas::prune(&mut conn, me.stale_ms()).await
+            pooler::unit(&mut conn, async |c| {
+                replicas::beat(c, &me.instance_id, crate::VERSION, me.started_at).await?;
+                replicas::report_throughput(c, &me.instance_id, last_minute, &minutes).await?;
+                replicas::prune(c, me.stale_ms()).await
+            })
+            .await
         }
         .boxed()
     }

@@ -11,7 +11,7 @@ use futures::FutureExt;
 
 use super::health::Health;
 use super::periodic::Job;
-use crate::db::{outbox, topics, DbError, Pool};
+use crate::db::{outbox, pooler, topics, DbError, Pool};
 
 /// The sampler's pool and interval.
 #[derive(Clone)]
@@ -36,14 +36,19 @@ impl Job for BacklogSampler {
         let health = self.health.clone();
         async move {
             let mut conn = pool.get().await?;
-            let backlog = outbox::backlog(&mut conn).await?;
+            let backlog = pooler::unit(&mut conn, async |c| {
+                let backlog = outbox::backlog(c).await?;
+                register_topics(c).await?;
+                Ok::<_, DbError>(backlog)
+            })
+            .await?;
             crate::telemetry::backlog(
                 backlog.pending,
                 backlog.dead,
                 backlog.oldest_pending_age_seconds,
             );
             health.set_pending(backlog.pending);
-            register_topics(&mut conn).await
+            Ok(())
         }
         .boxed()
     }

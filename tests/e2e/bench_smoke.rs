@@ -51,6 +51,9 @@ fn bench_runs_every_scenario_and_writes_json() {
         "bloat / clean drain",
         "drain / seed algorithm",
         "drain / ceiling",
+        "tls: off",
+        "tls: on",
+        "TLS / plain drain",
     ] {
         assert!(stdout.contains(scenario), "missing {scenario}:\n{stdout}");
     }
@@ -62,7 +65,7 @@ fn bench_runs_every_scenario_and_writes_json() {
     let report: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(json.path()).expect("read")).expect("json");
     let figures = report["figures"].as_array().expect("figures");
-    assert_eq!(figures.len(), 12);
+    assert_eq!(figures.len(), 14);
     // Every measured span says what it cost the machine: cores busy (of this machine's) and
     // Redis CPU, so a speed figure can be read against saturation.
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;

@@ -28,10 +28,19 @@ struct Row {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn twelve_thousand_events_arrive_exactly_once_with_intact_fields() {
+    arrive_exactly_once_with_intact_fields(base_env).await;
+}
+
+/// 12,000 events on three topics reach their streams once each, every field as in its row,
+/// through one relay started with `env`; the per-topic counter and the contract's metrics say
+/// so. Returns the database, streams and relay for further checks.
+pub(crate) async fn arrive_exactly_once_with_intact_fields(
+    env: impl FnOnce(&TestDb, &TestRedis) -> Vec<(String, String)>,
+) -> (TestDb, TestRedis, RelayProc) {
     let db = TestDb::new().await;
     let redis = TestRedis::shared();
     insert_events(&db, 12_000, 3, 50).await;
-    let relay = RelayProc::spawn("r1", &base_env(&db, &redis));
+    let relay = RelayProc::spawn("r1", &env(&db, &redis));
     db.wait_until_published(Duration::from_secs(60)).await;
 
     let mut conn = db.conn().await;
@@ -76,6 +85,8 @@ async fn twelve_thousand_events_arrive_exactly_once_with_intact_fields() {
     ] {
         assert!(metrics.contains(name), "missing {name} in {metrics}");
     }
+    drop(conn);
+    (db, redis, relay)
 }
 
 #[tokio::test(flavor = "multi_thread")]

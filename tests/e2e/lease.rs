@@ -10,6 +10,14 @@ use crate::support::*;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_hung_replicas_claim_is_taken_over_after_the_lease() {
+    hung_replicas_claim_is_taken_over(base_env).await;
+}
+
+/// A relay started with `env` (lease 3 s) is frozen holding row locks while draining 40,000
+/// events; another publishes everything, once each, without an attempt counted.
+pub(crate) async fn hung_replicas_claim_is_taken_over(
+    env: impl FnOnce(&TestDb, &TestRedis) -> Vec<(String, String)>,
+) {
     let db = TestDb::new().await;
     let redis = TestRedis::shared();
     db.exec(
@@ -18,12 +26,11 @@ async fn a_hung_replicas_claim_is_taken_over_after_the_lease() {
          FROM generate_series(1, 40000) AS i ORDER BY i",
     )
     .await;
-    let mut env = base_env(&db, &redis);
+    let mut env = env(&db, &redis);
     env.push(("OUTBOX__RELAY__LEASE".into(), "3s".into()));
     env.push(("OUTBOX__REDIS__TIMEOUT".into(), "1s".into()));
     env.push(("OUTBOX__RELAY__BATCH_SIZE".into(), "500".into()));
     let hung = RelayProc::spawn("hung", &env);
-    // Freeze it while it is busy draining, so it most likely holds a claim.
     db.wait_for(
         "SELECT (count(*) FILTER (WHERE published_at IS NOT NULL) > 3000)::int FROM outbox",
         1,
@@ -31,10 +38,15 @@ async fn a_hung_replicas_claim_is_taken_over_after_the_lease() {
     )
     .await;
     let pid = hung.child.id().to_string();
-    Command::new("kill")
-        .args(["-STOP", &pid])
-        .status()
-        .expect("SIGSTOP");
+    // Frozen inside a claim: some pending rows are locked, and only the lease frees them.
+    freeze_while(
+        &db,
+        &pid,
+        "SELECT ((SELECT count(*) FROM outbox WHERE published_at IS NULL) > (
+                  SELECT count(*) FROM (SELECT 1 FROM outbox WHERE published_at IS NULL
+                                        FOR UPDATE SKIP LOCKED) AS free))::int",
+    )
+    .await;
     let frozen_at = Instant::now();
     let _rescuer = RelayProc::spawn("rescuer", &env);
     db.wait_until_published(Duration::from_secs(60)).await;
@@ -80,23 +92,7 @@ async fn a_hung_replica_holding_every_claim_slot_stalls_the_others_only_briefly(
     )
     .await;
     // Freeze it inside a claim transaction, holding the only slot.
-    let mut frozen = false;
-    for _ in 0..200 {
-        Command::new("kill")
-            .args(["-STOP", &pid])
-            .status()
-            .expect("SIGSTOP");
-        if db.scalar(&slot_held).await == 1 {
-            frozen = true;
-            break;
-        }
-        Command::new("kill")
-            .args(["-CONT", &pid])
-            .status()
-            .expect("SIGCONT");
-        tokio::time::sleep(Duration::from_millis(7)).await;
-    }
-    assert!(frozen, "never caught the replica holding its slot");
+    freeze_while(&db, &pid, &slot_held).await;
     let published = "SELECT count(*) FROM outbox WHERE published_at IS NOT NULL";
     let at_freeze = db.scalar(published).await;
     let _other = RelayProc::spawn("slot-waiter", &env);
@@ -112,6 +108,26 @@ async fn a_hung_replica_holding_every_claim_slot_stalls_the_others_only_briefly(
         .args(["-CONT", &pid])
         .status()
         .expect("SIGCONT");
+}
+
+/// SIGSTOPs process `pid` at a moment when `held` (SQL giving 1 or 0) says 1: a relay caught
+/// inside a claim transaction, with its locks.
+async fn freeze_while(db: &TestDb, pid: &str, held: &str) {
+    for _ in 0..200 {
+        Command::new("kill")
+            .args(["-STOP", pid])
+            .status()
+            .expect("SIGSTOP");
+        if db.scalar(held).await == 1 {
+            return;
+        }
+        Command::new("kill")
+            .args(["-CONT", pid])
+            .status()
+            .expect("SIGCONT");
+        tokio::time::sleep(Duration::from_millis(7)).await;
+    }
+    panic!("never caught the replica inside a claim: {held}");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -16,6 +16,7 @@
 //! | [`pg_outage`] | a Postgres outage (own server): the process survives, recovery |
 //! | [`poison`] | failing events retried then dead while others flow; a key waits for its head |
 //! | [`lease`] | a hung replica's claim taken over; claim slots; poll-only; NOTIFY off |
+//! | [`pgbouncer`] | through PgBouncer in transaction mode: delivery, order, SIGKILL, lease, retention, pause, `migrate`; no session state left on its server connections |
 //! | [`retention`] | retention deletes old published rows only; paused topics |
 //! | [`shutdown`] | SIGTERM exits 0 and another replica takes over |
 //! | [`supervision`] | a panicking actor restarted, a dead one ends the process (70), a stalled loop fails `/healthz`, `/readyz` during an outage, the first scrape |
@@ -42,6 +43,7 @@ mod lease;
 mod ordering;
 mod outage;
 mod pg_outage;
+mod pgbouncer;
 mod poison;
 mod retention;
 mod shutdown;

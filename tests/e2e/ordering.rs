@@ -6,12 +6,21 @@ use crate::support::*;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn three_relays_keep_per_key_order_and_write_each_event_once() {
+    relays_keep_per_key_order_and_write_each_event_once(3, base_env).await;
+}
+
+/// `replicas` relays started with `env` and two producers on the same keys: every event once,
+/// in key order, and every replica took part. Returns the database once the relays are gone.
+pub(crate) async fn relays_keep_per_key_order_and_write_each_event_once(
+    replicas: usize,
+    env: impl FnOnce(&TestDb, &TestRedis) -> Vec<(String, String)>,
+) -> TestDb {
     let db = TestDb::new().await;
     let redis = TestRedis::shared();
-    let mut env = base_env(&db, &redis);
+    let mut env = env(&db, &redis);
     // Small batches force many interleaved claims across the replicas.
     env.push(("OUTBOX__RELAY__BATCH_SIZE".into(), "50".into()));
-    let relays: Vec<RelayProc> = (0..3)
+    let relays: Vec<RelayProc> = (0..replicas)
         .map(|i| RelayProc::spawn(&format!("order-{i}"), &env))
         .collect();
     // Two producers, disjoint counters, the same keys: 2 x 40 transactions of 100 events.
@@ -29,9 +38,10 @@ async fn three_relays_keep_per_key_order_and_write_each_event_once() {
     db.wait_until_published(Duration::from_secs(90)).await;
     assert_eq!(assert_exactly_once(&redis, 3).await, 8_000);
     // Every replica took part: the work is shared, not serialized behind one leader.
-    let replicas = db.scalar("SELECT count(*) FROM outbox_replicas").await;
-    assert_eq!(replicas, 3);
+    let alive = db.scalar("SELECT count(*) FROM outbox_replicas").await;
+    assert_eq!(alive, replicas as i64);
     drop(relays);
+    db
 }
 
 #[tokio::test(flavor = "multi_thread")]

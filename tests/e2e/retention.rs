@@ -18,6 +18,14 @@ async fn with_held_topic_paused() -> (TestDb, TestRedis, diesel_async::AsyncPgCo
 
 #[tokio::test(flavor = "multi_thread")]
 async fn retention_deletes_only_old_published_rows() {
+    retention_deletes_only_old_published_rows_with(base_env).await;
+}
+
+/// Two relays started with `env` and retention of 2 s: published rows go, pending rows of a
+/// paused topic and dead rows stay; the topic flows once resumed.
+pub(crate) async fn retention_deletes_only_old_published_rows_with(
+    env: impl FnOnce(&TestDb, &TestRedis) -> Vec<(String, String)>,
+) {
     let (db, redis, mut conn) = with_held_topic_paused().await;
     db.exec(
         "INSERT INTO outbox (topic, payload) SELECT 'held', jsonb_build_object('n', i) FROM generate_series(1, 10) i;
@@ -26,7 +34,7 @@ async fn retention_deletes_only_old_published_rows() {
     )
     .await;
     insert_events(&db, 1_000, 1, 10).await;
-    let mut env = base_env(&db, &redis);
+    let mut env = env(&db, &redis);
     env.push(("OUTBOX__RETENTION__PUBLISHED_FOR".into(), "2s".into()));
     env.push(("OUTBOX__RETENTION__INTERVAL".into(), "300ms".into()));
     env.push(("OUTBOX__RETENTION__BATCH_SIZE".into(), "100".into()));

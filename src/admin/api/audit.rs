@@ -8,7 +8,7 @@ use utoipa::ToSchema;
 use super::error::ApiResult;
 use super::{next_cursor, Page};
 use crate::admin::AdminState;
-use crate::db::audit;
+use crate::db::{audit, pooler};
 
 /// One audit entry.
 #[derive(Debug, Serialize, ToSchema)]
@@ -45,7 +45,8 @@ pub async fn list(state: web::Data<AdminState>, page: web::Query<Page>) -> ApiRe
     let limit = page.limit()?;
     let cursor = page.cursor()?;
     let mut conn = state.pool.get().await?;
-    let mut rows = audit::list(&mut conn, cursor, limit + 1).await?;
+    let mut rows =
+        pooler::unit(&mut conn, async |c| audit::list(c, cursor, limit + 1).await).await?;
     let next = next_cursor(&mut rows, limit, |r| r.id);
     let entries = rows
         .into_iter()

@@ -11,6 +11,7 @@ use super::wake_claimer;
 use crate::admin::caller::Caller;
 use crate::admin::AdminState;
 use crate::db::dead::{self, DeadAction, DeadFilter};
+use crate::db::pooler;
 
 /// Which dead letters; every field narrows, an empty filter takes all of them.
 #[derive(Debug, Clone, Default, Deserialize, ToSchema, IntoParams)]
@@ -102,7 +103,7 @@ pub async fn groups(
 ) -> ApiResult<HttpResponse> {
     let filter = q.into_inner().into_db()?;
     let mut conn = state.pool.get().await?;
-    let groups: Vec<ErrorGroup> = dead::groups(&mut conn, &filter)
+    let groups: Vec<ErrorGroup> = pooler::unit(&mut conn, async |c| dead::groups(c, &filter).await)
         .await?
         .into_iter()
         .map(|g| ErrorGroup {
@@ -125,11 +126,14 @@ async fn bulk(
 ) -> ApiResult<HttpResponse> {
     let filter = req.filter.into_db()?;
     let mut conn = state.pool.get().await?;
-    let count = if req.dry_run {
-        dead::count(&mut conn, &filter).await?
-    } else {
-        dead::act_on_matching(&mut conn, action, &filter, &caller.who).await?
-    };
+    let count = pooler::unit(&mut conn, async |c| {
+        if req.dry_run {
+            dead::count(c, &filter).await
+        } else {
+            dead::act_on_matching(c, action, &filter, &caller.who).await
+        }
+    })
+    .await?;
     if !req.dry_run && action == DeadAction::Retry && count > 0 {
         wake_claimer(state);
     }

@@ -15,6 +15,7 @@ use crate::admin::enqueue::{enqueue_once, EnqueueError, Enqueued};
 use crate::admin::AdminState;
 use crate::db::dead::{self, DeadAction, Steered};
 use crate::db::events::{self, EventFilter, EventRow, Status};
+use crate::db::{pooler, DbError};
 use crate::producer::NewEvent;
 
 /// One event.
@@ -149,7 +150,10 @@ pub async fn list(
         partition_key: q.key,
     };
     let mut conn = state.pool.get().await?;
-    let mut rows = events::list(&mut conn, &filter, cursor, limit + 1).await?;
+    let mut rows = pooler::unit(&mut conn, async |c| {
+        events::list(c, &filter, cursor, limit + 1).await
+    })
+    .await?;
     let next = next_cursor(&mut rows, limit, |r| r.seq);
     let events = rows.into_iter().map(EventView::from).collect();
     Ok(HttpResponse::Ok().json(EventPage { events, next }))
@@ -157,7 +161,7 @@ pub async fn list(
 
 async fn load(state: &AdminState, id: Uuid) -> ApiResult<EventRow> {
     let mut conn = state.pool.get().await?;
-    events::get(&mut conn, id)
+    pooler::unit(&mut conn, async |c| events::get(c, id).await)
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("no event {id}")))
 }
@@ -210,8 +214,12 @@ pub async fn timeline(
     let (mut earlier, mut later) = (Vec::new(), Vec::new());
     if let Some(key) = &row.partition_key {
         let mut conn = state.pool.get().await?;
-        earlier = events::neighbours(&mut conn, &row.topic, key, row.seq, true, limit).await?;
-        later = events::neighbours(&mut conn, &row.topic, key, row.seq, false, limit).await?;
+        (earlier, later) = pooler::unit(&mut conn, async |c| {
+            let earlier = events::neighbours(c, &row.topic, key, row.seq, true, limit).await?;
+            let later = events::neighbours(c, &row.topic, key, row.seq, false, limit).await?;
+            Ok::<_, DbError>((earlier, later))
+        })
+        .await?;
     }
     let views = |rows: Vec<EventRow>| rows.into_iter().map(EventView::from).collect();
     Ok(HttpResponse::Ok().json(Timeline {
@@ -310,7 +318,12 @@ async fn steer(
     action: DeadAction,
 ) -> ApiResult<HttpResponse> {
     let mut conn = state.pool.get().await?;
-    match dead::act_on_one(&mut conn, action, id, &caller.who).await? {
+    let who = &caller.who;
+    match pooler::unit(&mut conn, async |c| {
+        dead::act_on_one(c, action, id, who).await
+    })
+    .await?
+    {
         Steered::NotFound => Err(ApiError::NotFound(format!("no event {id}"))),
         Steered::NotDead => Err(ApiError::Conflict(format!(
             "event {id} is not dead (pending, published or already discarded)"

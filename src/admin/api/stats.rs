@@ -7,7 +7,7 @@ use utoipa::ToSchema;
 
 use super::error::ApiResult;
 use crate::admin::AdminState;
-use crate::db::events;
+use crate::db::{events, pooler, DbError};
 
 /// The answer of `GET /api/v1/stats`.
 #[derive(Debug, Serialize, ToSchema)]
@@ -66,12 +66,12 @@ impl From<events::TopicCounts> for TopicStats {
     responses((status = 200, body = StatsView), (status = 401), (status = 503)))]
 pub async fn get(state: web::Data<AdminState>) -> ApiResult<HttpResponse> {
     let mut conn = state.pool.get().await?;
-    let topics: Vec<TopicStats> = counts::topic_counts(&state.published, &mut conn, None)
-        .await?
-        .into_iter()
-        .map(TopicStats::from)
-        .collect();
-    let flight = events::flight(&mut conn).await?;
+    let (rows, flight) = pooler::unit(&mut conn, async |c| {
+        let rows = counts::topic_counts(&state.published, c, None).await?;
+        Ok::<_, DbError>((rows, events::flight(c).await?))
+    })
+    .await?;
+    let topics: Vec<TopicStats> = rows.into_iter().map(TopicStats::from).collect();
     let sum = |f: fn(&TopicStats) -> i64| topics.iter().map(f).sum::<i64>();
     Ok(HttpResponse::Ok().json(StatsView {
         pending: sum(|t| t.pending),

@@ -9,7 +9,7 @@ use super::layout::{self, Nav};
 use super::session::Session;
 use super::UiError;
 use crate::admin::AdminState;
-use crate::db::audit;
+use crate::db::{audit, pooler};
 
 /// Rows per page.
 const PAGE: i64 = 50;
@@ -30,7 +30,7 @@ pub async fn page(
 ) -> Result<HttpResponse, UiError> {
     let rows = {
         let mut conn = super::conn(&state).await?;
-        audit::list(&mut conn, q.before, PAGE).await?
+        pooler::unit(&mut conn, async |c| audit::list(c, q.before, PAGE).await).await?
     };
     let older = (rows.len() as i64 == PAGE)
         .then(|| rows.last().map(|r| r.id))

@@ -17,7 +17,7 @@ use super::{events as event_pages, see_other, UiError};
 use crate::admin::api::wake_claimer;
 use crate::admin::AdminState;
 use crate::db::dead::{self, DeadAction, DeadFilter, Steered};
-use crate::db::events;
+use crate::db::{events, pooler, DbError};
 
 /// Dead events listed under the groups.
 const LATEST: i64 = 50;
@@ -200,8 +200,11 @@ pub async fn page(
     let filter = t.filter()?;
     let (groups, latest) = {
         let mut conn = super::conn(&state).await?;
-        let groups = dead::groups(&mut conn, &filter).await?;
-        (groups, dead::latest(&mut conn, &filter, LATEST).await?)
+        pooler::unit(&mut conn, async |c| {
+            let groups = dead::groups(c, &filter).await?;
+            Ok::<_, DbError>((groups, dead::latest(c, &filter, LATEST).await?))
+        })
+        .await?
     };
     let total: i64 = groups.iter().map(|g| g.count).sum();
     let can = session.role.can_act();
@@ -273,19 +276,22 @@ pub async fn confirm(
     let action = action_of(&q.action)?;
     let t = &q.target;
     let mut conn = super::conn(&state).await?;
-    let (count, what) = match t.one()? {
-        Some(id) => {
-            let e = events::get(&mut conn, id)
-                .await?
-                .ok_or_else(|| UiError::NotFound(format!("no event {id}")))?;
-            let dead = e.dead_at.is_some() && e.discarded_at.is_none();
-            (
-                i64::from(dead),
-                html! { "the event " a href={ "/events/" (id) } { code { (id) } } " (" (e.topic) ")" },
-            )
-        }
-        None => (dead::count(&mut conn, &t.filter()?).await?, t.describe()),
-    };
+    let (count, what) = pooler::unit(&mut conn, async |c| {
+        Ok::<_, UiError>(match t.one()? {
+            Some(id) => {
+                let e = events::get(c, id)
+                    .await?
+                    .ok_or_else(|| UiError::NotFound(format!("no event {id}")))?;
+                let dead = e.dead_at.is_some() && e.discarded_at.is_none();
+                (
+                    i64::from(dead),
+                    html! { "the event " a href={ "/events/" (id) } { code { (id) } } " (" (e.topic) ")" },
+                )
+            }
+            None => (dead::count(c, &t.filter()?).await?, t.describe()),
+        })
+    })
+    .await?;
     drop(conn);
     let verb = if action == DeadAction::Retry {
         "Retry"
@@ -338,14 +344,18 @@ pub async fn apply(
     let action = action_of(&form.action)?;
     let t = &form.target;
     let mut conn = super::conn(&state).await?;
-    let n = match t.one()? {
-        Some(id) => match dead::act_on_one(&mut conn, action, id, &actor.who).await? {
-            Steered::Done => 1,
-            Steered::NotFound => return Err(UiError::NotFound(format!("no event {id}"))),
-            Steered::NotDead => 0,
-        },
-        None => dead::act_on_matching(&mut conn, action, &t.filter()?, &actor.who).await?,
-    };
+    let who = &actor.who;
+    let n = pooler::unit(&mut conn, async |c| {
+        Ok::<_, UiError>(match t.one()? {
+            Some(id) => match dead::act_on_one(c, action, id, who).await? {
+                Steered::Done => 1,
+                Steered::NotFound => return Err(UiError::NotFound(format!("no event {id}"))),
+                Steered::NotDead => 0,
+            },
+            None => dead::act_on_matching(c, action, &t.filter()?, who).await?,
+        })
+    })
+    .await?;
     if action == DeadAction::Retry && n > 0 {
         wake_claimer(&state);
     }

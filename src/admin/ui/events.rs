@@ -14,6 +14,7 @@ use super::session::Session;
 use super::{see_other, UiError};
 use crate::admin::AdminState;
 use crate::db::events::{self, EventFilter, EventRow, Status};
+use crate::db::pooler;
 
 /// Rows per page.
 const PAGE: i64 = 50;
@@ -115,7 +116,10 @@ pub async fn list(
     };
     let rows = {
         let mut conn = super::conn(&state).await?;
-        events::list(&mut conn, &filter, q.before, PAGE).await?
+        pooler::unit(&mut conn, async |c| {
+            events::list(c, &filter, q.before, PAGE).await
+        })
+        .await?
     };
     let older = (rows.len() as i64 == PAGE)
         .then(|| rows.last().map(|r| r.seq))
@@ -177,14 +181,18 @@ pub async fn detail(
         UiError::BadRequest(format!("{:?} is not an event id (a uuid)", id.as_str()))
     })?;
     let mut conn = super::conn(&state).await?;
-    let e = events::get(&mut conn, id).await?.ok_or_else(|| {
-        UiError::NotFound(format!("no event {id} (retention may have deleted it)"))
-    })?;
-    let (mut earlier, mut later) = (Vec::new(), Vec::new());
-    if let Some(key) = &e.partition_key {
-        earlier = events::neighbours(&mut conn, &e.topic, key, e.seq, true, TIMELINE).await?;
-        later = events::neighbours(&mut conn, &e.topic, key, e.seq, false, TIMELINE).await?;
-    }
+    let (e, mut earlier, later) = pooler::unit(&mut conn, async |c| {
+        let e = events::get(c, id).await?.ok_or_else(|| {
+            UiError::NotFound(format!("no event {id} (retention may have deleted it)"))
+        })?;
+        let (mut earlier, mut later) = (Vec::new(), Vec::new());
+        if let Some(key) = &e.partition_key {
+            earlier = events::neighbours(c, &e.topic, key, e.seq, true, TIMELINE).await?;
+            later = events::neighbours(c, &e.topic, key, e.seq, false, TIMELINE).await?;
+        }
+        Ok::<_, UiError>((e, earlier, later))
+    })
+    .await?;
     drop(conn);
     // The timeline reads top to bottom in stream order: earlier, this one, later.
     earlier.reverse();

@@ -15,7 +15,7 @@ use super::{see_other, UiError};
 use crate::admin::api::replicas::alive_ms;
 use crate::admin::api::wake_claimer;
 use crate::admin::AdminState;
-use crate::db::{events, replicas, topics};
+use crate::db::{events, pooler, replicas, topics, DbError};
 use crate::relay::throughput::{Minutes, MINUTES};
 
 /// An inline SVG bar chart of per-minute counts, oldest left.
@@ -56,7 +56,8 @@ fn card(id: &str, label: &str, value: String, class: &str) -> Markup {
 /// The cluster's last hour: the sum of every live replica's report.
 async fn cluster_minutes(state: &AdminState) -> Result<Minutes, UiError> {
     let mut conn = super::conn(state).await?;
-    let rows = replicas::alive(&mut conn, alive_ms(state)).await?;
+    let alive = alive_ms(state);
+    let rows = pooler::unit(&mut conn, async |c| replicas::alive(c, alive).await).await?;
     let now_minute = chrono::Utc::now().timestamp().max(0) as u64 / 60;
     let mut sum = Minutes {
         minute: now_minute,
@@ -79,8 +80,11 @@ pub async fn page(
 ) -> Result<HttpResponse, UiError> {
     let (topics, flight) = {
         let mut conn = super::conn(&state).await?;
-        let topics = counts::topic_counts(&state.published, &mut conn, None).await?;
-        (topics, events::flight(&mut conn).await?)
+        pooler::unit(&mut conn, async |c| {
+            let topics = counts::topic_counts(&state.published, c, None).await?;
+            Ok::<_, DbError>((topics, events::flight(c).await?))
+        })
+        .await?
     };
     let minutes = cluster_minutes(&state).await?;
     let sum = |f: fn(&events::TopicCounts) -> i64| topics.iter().map(f).sum::<i64>();

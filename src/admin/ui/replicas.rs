@@ -9,7 +9,7 @@ use super::session::Session;
 use super::UiError;
 use crate::admin::api::replicas::alive_ms;
 use crate::admin::AdminState;
-use crate::db::replicas;
+use crate::db::{pooler, replicas};
 
 /// `GET /replicas`.
 pub async fn page(
@@ -18,7 +18,8 @@ pub async fn page(
     state: web::Data<AdminState>,
 ) -> Result<HttpResponse, UiError> {
     let mut conn = super::conn(&state).await?;
-    let rows = replicas::alive(&mut conn, alive_ms(&state)).await?;
+    let alive = alive_ms(&state);
+    let rows = pooler::unit(&mut conn, async |c| replicas::alive(c, alive).await).await?;
     let total: i64 = rows.iter().map(|r| r.published_last_minute).sum();
     let content = html! {
         p.muted {

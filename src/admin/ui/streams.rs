@@ -9,6 +9,7 @@ use super::layout::{self, Nav};
 use super::session::Session;
 use super::UiError;
 use crate::admin::AdminState;
+use crate::db::pooler;
 use crate::publish::inspect::StreamInfo;
 
 /// An entry id with the age its milliseconds part tells.
@@ -105,11 +106,13 @@ pub async fn page(
 ) -> Result<HttpResponse, UiError> {
     let topics: Vec<String> = {
         let mut conn = super::conn(&state).await?;
-        counts::topic_counts(&state.published, &mut conn, None)
-            .await?
-            .into_iter()
-            .map(|t| t.topic)
-            .collect()
+        pooler::unit(&mut conn, async |c| {
+            counts::topic_counts(&state.published, c, None).await
+        })
+        .await?
+        .into_iter()
+        .map(|t| t.topic)
+        .collect()
     };
     let streams = state
         .publisher

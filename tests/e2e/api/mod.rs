@@ -8,7 +8,7 @@ use std::time::Duration;
 use crate::support::TokenRelay;
 
 mod contract;
-mod steering;
+pub(crate) mod steering;
 mod validation;
 
 /// How long an API test waits for the relay to publish.

@@ -58,7 +58,12 @@ async fn retry_of_a_dead_event_publishes_it_into_its_stream() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn pause_holds_a_topic_and_resume_releases_it() {
-    let api = TokenRelay::start("api-pause", &[]).await;
+    pause_holds_and_resume_releases(&TokenRelay::start("api-pause", &[]).await).await;
+}
+
+/// Through `api`'s admin API: a paused topic (one with no events yet) is not published while
+/// another is; resumed, it is; each step audited.
+pub(crate) async fn pause_holds_and_resume_releases(api: &TokenRelay) {
     let admin = api.admin();
     // A topic with no events yet can be paused.
     let paused = admin.post("/api/v1/topics/order.shipped/pause", None);
@@ -83,7 +88,7 @@ async fn pause_holds_a_topic_and_resume_releases_it() {
     api.db.wait_published("order.shipped", 1, WAIT).await;
     assert_eq!(api.redis.xlen("order.shipped").await, 1);
     assert_eq!(
-        audit_actions(&api),
+        audit_actions(api),
         vec!["pause", "enqueue", "enqueue", "resume"]
     );
 }

@@ -237,14 +237,18 @@ pub struct OwnPostgres {
     options: String,
 }
 
-fn as_postgres_user(program: &std::path::Path) -> Command {
-    // initdb and postgres refuse to run as root: run them as the `postgres` user then.
-    let root = Command::new("id")
+/// True when the tests run as root, where Postgres' programs and pgbouncer refuse to run.
+pub(super) fn running_as_root() -> bool {
+    Command::new("id")
         .arg("-u")
         .output()
         .map(|o| o.stdout == b"0\n")
-        .unwrap_or(false);
-    if root {
+        .unwrap_or(false)
+}
+
+fn as_postgres_user(program: &std::path::Path) -> Command {
+    // initdb and postgres refuse to run as root: run them as the `postgres` user then.
+    if running_as_root() {
         let mut c = Command::new("runuser");
         c.args(["-u", "postgres", "--"]).arg(program);
         c

@@ -1,11 +1,12 @@
 //! Helpers shared by the end-to-end tests, by concern: each test gets its own database
 //! ([`TestDb`], dropped after), its own Redis key prefix ([`TestRedis`], deleted after) or its
 //! own redis-server ([`OwnRedis`]), and real relay processes ([`RelayProc`], [`TokenRelay`]),
-//! reached with the one HTTP client, [`Http`].
+//! reached with the one HTTP client, [`Http`]; a PgBouncer in front of Postgres ([`PgBouncer`]).
 
 mod db;
 mod events;
 mod http;
+mod pgbouncer;
 mod redis;
 mod relay;
 mod tls;
@@ -15,6 +16,7 @@ use std::net::TcpListener;
 pub use self::db::{OwnPostgres, TestDb};
 pub use self::events::{assert_exactly_once, assert_per_key_order, insert_events, produce_rounds};
 pub use self::http::{form, Http, Resp};
+pub use self::pgbouncer::PgBouncer;
 pub use self::redis::{OwnRedis, TestRedis};
 pub use self::relay::{base_env, RelayProc, TokenRelay, ADMIN_TOKEN, BIN, READ_ONLY_TOKEN};
 pub use self::tls::{Issued, TestCa};

@@ -138,15 +138,28 @@ impl TokenRelay {
     /// Starts replica `name` with the base settings, the tokens and `extra`; waits for
     /// `/readyz`.
     pub async fn start(name: &str, extra: &[(&str, &str)]) -> TokenRelay {
+        TokenRelay::start_with(name, |db, redis| {
+            let mut env = base_env(db, redis);
+            env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+            env
+        })
+        .await
+    }
+
+    /// Starts replica `name` with the settings `env` gives for its database and key prefix,
+    /// and the tokens; waits for `/readyz`.
+    pub async fn start_with(
+        name: &str,
+        env: impl FnOnce(&TestDb, &TestRedis) -> Vec<(String, String)>,
+    ) -> TokenRelay {
         let db = TestDb::new().await;
         let redis = TestRedis::shared();
-        let mut env = base_env(&db, &redis);
+        let mut env = env(&db, &redis);
         env.push(("OUTBOX__ADMIN__TOKEN".into(), ADMIN_TOKEN.into()));
         env.push((
             "OUTBOX__ADMIN__READ_ONLY_TOKEN".into(),
             READ_ONLY_TOKEN.into(),
         ));
-        env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
         let relay = RelayProc::spawn(name, &env);
         relay.wait_ready(Duration::from_secs(30)).await;
         TokenRelay { db, redis, relay }
