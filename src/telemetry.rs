@@ -210,6 +210,13 @@ pub fn job_failed(job: &'static str, error: &dyn Display) {
     tracing::warn!(job, "{error}");
 }
 
+/// A maintenance job failed for a reason already logged elsewhere; it runs again on its next
+/// tick.
+pub fn job_failed_quietly(job: &'static str, error: &dyn Display) {
+    counter!("outbox_job_failures_total", "job" => job).increment(1);
+    tracing::debug!(job, "{error}");
+}
+
 /// Retention removed rows.
 pub fn retention_deleted(rows: usize) {
     counter!("outbox_retention_deleted_total").increment(rows as u64);

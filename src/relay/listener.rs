@@ -69,7 +69,11 @@ impl Actor for Listener {
                 return;
             };
             act.failures = act.failures.saturating_add(1);
-            crate::telemetry::job_failed("listener", &error);
+            match &error {
+                // `pool::establish` has logged why, once a minute: no line per retry.
+                DbError::Connect(_) => crate::telemetry::job_failed_quietly("listener", &error),
+                _ => crate::telemetry::job_failed("listener", &error),
+            }
             let pause = super::backoff::outage_pause(act.failures, 0.5);
             // Stopping hands us to the supervisor, which restarts us after the pause.
             ctx.run_later(pause, |_, ctx| ctx.stop());
