@@ -7,6 +7,7 @@
 //! (10 rows per transaction, one XADD and one UPDATE per event) and the ceiling (the relay's
 //! own SQL with the Redis step removed).
 
+pub mod certs;
 pub mod chart;
 pub mod harness;
 pub mod latency;

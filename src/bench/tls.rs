@@ -1,6 +1,6 @@
 //! The TLS scenario: the same drain with Postgres and Redis over TLS and without, in the same
 //! round. Two redis-servers of its own, started alike (one plain, one TLS-only with a
-//! certificate from a CA made with `openssl`), and the local Postgres with `sslmode=require`
+//! certificate from a CA made with `openssl`, see `certs`), and the local Postgres with `sslmode=require`
 //! against `sslmode=disable` (Debian's server has TLS on, with its snakeoil certificate).
 
 use std::path::{Path, PathBuf};
@@ -25,20 +25,6 @@ fn free_port() -> anyhow::Result<u16> {
         .port())
 }
 
-fn openssl(dir: &Path, args: &[&str]) -> anyhow::Result<()> {
-    let out = Command::new("openssl")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .context("run openssl")?;
-    anyhow::ensure!(
-        out.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Ok(())
-}
-
 fn redis_server(dir: &Path, args: &[String]) -> anyhow::Result<Child> {
     Command::new("redis-server")
         .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
@@ -56,69 +42,8 @@ impl TlsServers {
     pub fn start() -> anyhow::Result<TlsServers> {
         let dir = std::env::temp_dir().join(format!("outbox-bench-tls-{}", uuid::Uuid::new_v4()));
         std::fs::create_dir_all(&dir)?;
-        let ec = [
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-        ];
-        let ca = [
-            &["req", "-x509"][..],
-            &ec,
-            &[
-                "-keyout",
-                "ca.key",
-                "-out",
-                "ca.crt",
-                "-days",
-                "2",
-                "-subj",
-                "/CN=bench-ca",
-            ],
-            &["-addext", "basicConstraints=critical,CA:TRUE"],
-            &["-addext", "keyUsage=critical,keyCertSign,cRLSign"],
-        ]
-        .concat();
-        openssl(&dir, &ca)?;
-        std::fs::write(
-            dir.join("server.ext"),
-            "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature\nextendedKeyUsage=serverAuth\nsubjectAltName=DNS:localhost\n",
-        )?;
-        let csr = [
-            &["req"][..],
-            &ec,
-            &[
-                "-keyout",
-                "server.key",
-                "-out",
-                "server.csr",
-                "-subj",
-                "/CN=localhost",
-            ],
-        ]
-        .concat();
-        openssl(&dir, &csr)?;
-        openssl(
-            &dir,
-            &[
-                "x509",
-                "-req",
-                "-in",
-                "server.csr",
-                "-CA",
-                "ca.crt",
-                "-CAkey",
-                "ca.key",
-                "-CAcreateserial",
-                "-out",
-                "server.crt",
-                "-days",
-                "2",
-                "-extfile",
-                "server.ext",
-            ],
-        )?;
+        let ca = super::certs::Ca::new(&dir, "bench-ca")?;
+        let server = ca.server("server", "localhost")?;
         let (plain_port, tls_port) = (free_port()?, free_port()?);
         let plain = redis_server(&dir, &["--port".into(), plain_port.to_string()])?;
         let tls = redis_server(
@@ -129,9 +54,9 @@ impl TlsServers {
                 "--tls-port".into(),
                 tls_port.to_string(),
                 "--tls-cert-file".into(),
-                dir.join("server.crt").display().to_string(),
+                server.cert.display().to_string(),
                 "--tls-key-file".into(),
-                dir.join("server.key").display().to_string(),
+                server.key.display().to_string(),
                 "--tls-auth-clients".into(),
                 "no".into(),
             ],
