@@ -35,9 +35,88 @@ async fn three_relays_deliver_exactly_once_in_key_order_across_three_masters() {
         .collect();
     db.wait_until_published(Duration::from_secs(90)).await;
     assert_eq!(assert_exactly_once(&redis, TOPICS).await, 6_000);
-    assert_eq!(
-        db.scalar("SELECT count(*) FROM outbox WHERE attempts > 0 OR dead_at IS NOT NULL")
-            .await,
-        0
+    assert_eq!(db.scalar(NO_ATTEMPTS).await, 0);
+}
+
+/// `SELECT count(*)` of the pending events of `topics`.
+fn pending_of(topics: &[String]) -> String {
+    let list = topics
+        .iter()
+        .map(|t| format!("'{t}'"))
+        .collect::<Vec<_>>()
+        .join(",");
+    format!("SELECT count(*) FROM outbox WHERE published_at IS NULL AND topic IN ({list})")
+}
+
+/// Inserts events numbered `from..=to` (payload `n`, increasing per key), as `insert_events`
+/// does for `1..=n`.
+async fn insert_range(db: &TestDb, from: i64, to: i64, keys: usize) {
+    db.exec(&format!(
+        "INSERT INTO outbox (topic, payload, partition_key)
+         SELECT 't' || (i % {TOPICS}), jsonb_build_object('n', i),
+                CASE WHEN i % 4 = 0 THEN NULL ELSE 'k' || (i % {keys}) END
+         FROM generate_series({from}, {to}) AS i ORDER BY i"
+    ))
+    .await;
+}
+
+/// Waits until at least `n` events (`and`: more conditions) are published.
+async fn wait_published_at_least(db: &TestDb, and: &str, n: i64) {
+    let sql = format!("SELECT count(*) FROM outbox WHERE published_at IS NOT NULL {and}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while db.scalar(&sql).await < n {
+        assert!(std::time::Instant::now() < deadline, "{sql}: not {n} yet");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+const NO_ATTEMPTS: &str = "SELECT count(*) FROM outbox WHERE attempts > 0 OR dead_at IS NOT NULL";
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_killed_master_stops_only_its_topics_and_nothing_is_lost_or_doubled() {
+    let mut cluster = OwnCluster::start(3);
+    let db = TestDb::new().await;
+    let (redis, owners) = spread(&cluster, TOPICS);
+    let victim = owners[0];
+    let (down, up): (Vec<String>, Vec<String>) = (0..TOPICS)
+        .map(|t| format!("t{t}"))
+        .partition(|t| owners[t[1..].parse::<usize>().expect("t<n>")] == victim);
+    insert_range(&db, 1, 6_000, 40).await;
+    let env = base_env(&db, &redis);
+    let relays: Vec<RelayProc> = (1..=2)
+        .map(|i| RelayProc::spawn(&format!("k{i}"), &env))
+        .collect();
+    // Mid-drain: some published, then the master of `down` dies.
+    wait_published_at_least(&db, "", 300).await;
+    cluster.kill(victim);
+    // Traffic for every topic while it is down.
+    insert_range(&db, 6_001, 9_000, 40).await;
+
+    // The other masters' topics drain completely while it is down; its own wait.
+    db.wait_for(&pending_of(&up), 0, Duration::from_secs(60))
+        .await;
+    assert!(
+        db.scalar(&pending_of(&down)).await > 0,
+        "the dead master's topics ({down:?}) wait"
     );
+    assert_eq!(
+        db.scalar(NO_ATTEMPTS).await,
+        0,
+        "an outage burns no attempt"
+    );
+    let flagged = |relay: &RelayProc| {
+        let metrics = relay.http().metrics();
+        down.iter()
+            .any(|t| metrics.contains(&format!("outbox_topic_down{{topic=\"{t}\"}} 1")))
+            && relay.log().contains("topic unreachable in redis")
+    };
+    assert!(
+        relays.iter().any(flagged),
+        "a relay reports the topics that wait ({down:?}) in its metrics and its log"
+    );
+
+    cluster.restart(victim);
+    db.wait_until_published(Duration::from_secs(60)).await;
+    assert_eq!(assert_exactly_once(&redis, TOPICS).await, 9_000);
+    assert_eq!(db.scalar(NO_ATTEMPTS).await, 0);
 }
