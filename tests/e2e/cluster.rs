@@ -30,12 +30,35 @@ async fn three_relays_deliver_exactly_once_in_key_order_across_three_masters() {
     let (redis, _) = spread(&cluster, TOPICS);
     insert_events(&db, 6_000, TOPICS, 40).await;
     let env = base_env(&db, &redis);
-    let _relays: Vec<RelayProc> = (1..=3)
+    let relays: Vec<RelayProc> = (1..=3)
         .map(|i| RelayProc::spawn(&format!("c{i}"), &env))
         .collect();
     db.wait_until_published(Duration::from_secs(90)).await;
     assert_eq!(assert_exactly_once(&redis, TOPICS).await, 6_000);
     assert_eq!(db.scalar(NO_ATTEMPTS).await, 0);
+
+    // The Streams page looks at each topic's stream on its own master.
+    relays[0].wait_ready(Duration::from_secs(10)).await;
+    let http = relays[0].http();
+    // Without a token the login page hands out a session at once.
+    let login = http.get("/login?next=%2Fstreams");
+    let page = http
+        .cookie(&login.session_cookie().expect("a session cookie"))
+        .get("/streams");
+    assert_eq!(page.status, 200, "{}", page.body);
+    for t in 0..TOPICS {
+        let key = redis.stream(&format!("t{t}"));
+        let row = page
+            .body
+            .split("<tr>")
+            .find(|row| row.contains(&format!("<code>{key}</code>")))
+            .unwrap_or_else(|| panic!("no row for {key} in {}", page.body));
+        assert!(row.contains(">stream<"), "{key} is a stream: {row}");
+        assert!(
+            row.contains("1\u{202f}000"),
+            "{key} holds 1000 entries: {row}"
+        );
+    }
 }
 
 /// `SELECT count(*)` of the pending events of `topics`.
@@ -119,4 +142,53 @@ async fn a_killed_master_stops_only_its_topics_and_nothing_is_lost_or_doubled() 
     db.wait_until_published(Duration::from_secs(60)).await;
     assert_eq!(assert_exactly_once(&redis, TOPICS).await, 9_000);
     assert_eq!(db.scalar(NO_ATTEMPTS).await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_slot_migrated_while_events_flow_loses_and_doubles_nothing() {
+    let cluster = std::sync::Arc::new(OwnCluster::start(3));
+    let db = TestDb::new().await;
+    let (redis, owners) = spread(&cluster, TOPICS);
+    let stream = redis.stream("t0");
+    let slot = cluster.keyslot(&stream);
+    let to = (owners[0] + 1) % 3;
+    insert_range(&db, 1, 3_000, 40).await;
+    let env = base_env(&db, &redis);
+    let relays: Vec<RelayProc> = (1..=2)
+        .map(|i| RelayProc::spawn(&format!("m{i}"), &env))
+        .collect();
+    wait_published_at_least(&db, "AND topic = 't0'", 100).await;
+
+    // The slot of t0's stream and dedup sets moves to another master, a stage every 300 ms,
+    // while producers keep writing to every topic.
+    let mover = {
+        let cluster = cluster.clone();
+        tokio::task::spawn_blocking(move || {
+            cluster.migrate_slot(slot, to, Duration::from_millis(300))
+        })
+    };
+    let mut n = 3_000;
+    while !mover.is_finished() {
+        insert_range(&db, n + 1, n + 60, 40).await;
+        n += 60;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    mover.await.expect("slot migrated");
+    insert_range(&db, n + 1, n + 600, 40).await;
+    n += 600;
+
+    db.wait_until_published(Duration::from_secs(60)).await;
+    assert_eq!(
+        db.scalar(NO_ATTEMPTS).await,
+        0,
+        "a migration burns no attempt"
+    );
+    assert_eq!(cluster.owner_of(&stream), to, "t0's stream moved");
+    assert_eq!(assert_exactly_once(&redis, TOPICS).await, n as usize);
+    assert!(
+        relays
+            .iter()
+            .any(|r| r.log().contains("topic unreachable in redis")),
+        "the migration met t0's publishes (refused during it: TRYAGAIN or ASK)"
+    );
 }
