@@ -1,9 +1,11 @@
 //! A local Redis Cluster for the `cluster` bench scenario (and the end-to-end tests): masters
 //! of redis-server on free ports, each in a temp dir of its own, joined with
 //! `redis-cli --cluster create` (no replicas), every node killed on drop. Each port `p` is
-//! picked with its cluster bus port `p + 10000` free too.
+//! picked with its cluster bus port `p + 10000` free too. With [`NodeTls`] the nodes speak
+//! only TLS, to clients and on the cluster bus.
 
 use std::net::TcpListener;
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -20,6 +22,18 @@ pub enum Persistence {
     Synced,
 }
 
+/// TLS files of the nodes (PEM). The certificate serves clients and, as a client, the other
+/// nodes on the cluster bus; the nodes announce 127.0.0.1, which it must name.
+#[derive(Debug, Clone)]
+pub struct NodeTls {
+    /// The nodes' certificate.
+    pub cert: PathBuf,
+    /// Its key.
+    pub key: PathBuf,
+    /// The CA that signed it.
+    pub ca: PathBuf,
+}
+
 /// One redis-server of the cluster.
 struct Node {
     port: u16,
@@ -31,6 +45,7 @@ struct Node {
 pub struct LocalCluster {
     nodes: Vec<Node>,
     persistence: Persistence,
+    tls: Option<NodeTls>,
 }
 
 /// A port `p` where both `p` and its cluster bus port `p + 10000` are free.
@@ -46,8 +61,45 @@ fn free_port_pair() -> anyhow::Result<u16> {
     anyhow::bail!("no free port pair for a cluster node")
 }
 
+impl NodeTls {
+    /// `redis-cli`'s flags for these files.
+    fn cli_args(&self) -> Vec<String> {
+        vec![
+            "--tls".into(),
+            "--cacert".into(),
+            self.ca.display().to_string(),
+        ]
+    }
+
+    /// `redis-server`'s: TLS only on `port`, and on the cluster bus.
+    fn server_args(&self, port: &str) -> Vec<String> {
+        let path = |p: &PathBuf| p.display().to_string();
+        [
+            "--port",
+            "0",
+            "--tls-port",
+            port,
+            "--tls-cluster",
+            "yes",
+            "--tls-auth-clients",
+            "no",
+        ]
+        .into_iter()
+        .map(String::from)
+        .chain([
+            "--tls-cert-file".into(),
+            path(&self.cert),
+            "--tls-key-file".into(),
+            path(&self.key),
+            "--tls-ca-cert-file".into(),
+            path(&self.ca),
+        ])
+        .collect()
+    }
+}
+
 impl Node {
-    fn start(&mut self, persistence: Persistence) -> anyhow::Result<()> {
+    fn start(&mut self, persistence: Persistence, tls: Option<&NodeTls>) -> anyhow::Result<()> {
         let port = self.port.to_string();
         let conf = format!("nodes-{port}.conf");
         let durability: &[&str] = match persistence {
@@ -56,8 +108,13 @@ impl Node {
             // and still replies: a SIGKILL then loses writes it acknowledged.
             Persistence::Synced => &["--appendonly", "yes", "--appendfsync", "always"],
         };
+        let listen = match tls {
+            Some(tls) => tls.server_args(&port),
+            None => vec!["--port".into(), port.clone()],
+        };
         let child = Command::new("redis-server")
-            .args(["--port", &port, "--bind", "127.0.0.1", "--save", ""])
+            .args(listen)
+            .args(["--bind", "127.0.0.1", "--save", ""])
             .args(["--cluster-enabled", "yes", "--cluster-config-file", &conf])
             .args(["--cluster-node-timeout", "2000"])
             // The other masters keep serving their slots while one is down.
@@ -93,9 +150,19 @@ impl LocalCluster {
     /// Starts `masters` nodes, joins them with every slot assigned, and waits until each
     /// node reports `cluster_state:ok`.
     pub fn start(masters: usize, persistence: Persistence) -> anyhow::Result<LocalCluster> {
+        Self::start_with(masters, persistence, None)
+    }
+
+    /// As [`LocalCluster::start`], with TLS when `tls` is given.
+    pub fn start_with(
+        masters: usize,
+        persistence: Persistence,
+        tls: Option<NodeTls>,
+    ) -> anyhow::Result<LocalCluster> {
         let mut cluster = LocalCluster {
             nodes: Vec::with_capacity(masters),
             persistence,
+            tls,
         };
         for _ in 0..masters {
             let mut node = Node {
@@ -103,7 +170,7 @@ impl LocalCluster {
                 dir: tempfile::tempdir()?,
                 child: None,
             };
-            node.start(persistence)?;
+            node.start(persistence, cluster.tls.as_ref())?;
             cluster.nodes.push(node);
         }
         let addrs: Vec<String> = cluster
@@ -112,6 +179,7 @@ impl LocalCluster {
             .map(|n| format!("127.0.0.1:{}", n.port))
             .collect();
         let out = Command::new("redis-cli")
+            .args(cluster.tls.iter().flat_map(NodeTls::cli_args))
             .args(["--cluster", "create"])
             .args(&addrs)
             .args(["--cluster-replicas", "0", "--cluster-yes"])
@@ -127,11 +195,17 @@ impl LocalCluster {
         Ok(cluster)
     }
 
-    /// The seed list for `REDIS_URL`: every node, `redis://127.0.0.1:P`, comma-separated.
+    /// The seed list for `REDIS_URL`: every node, `redis://127.0.0.1:P` (`rediss://` with
+    /// TLS), comma-separated.
     pub fn seeds(&self) -> String {
+        let scheme = if self.tls.is_some() {
+            "rediss"
+        } else {
+            "redis"
+        };
         self.nodes
             .iter()
-            .map(|n| format!("redis://127.0.0.1:{}", n.port))
+            .map(|n| format!("{scheme}://127.0.0.1:{}", n.port))
             .collect::<Vec<_>>()
             .join(",")
     }
@@ -157,6 +231,7 @@ impl LocalCluster {
     /// `redis-cli -p <port> args...`: its output, or what failed.
     pub fn cli(&self, port: u16, args: &[&str]) -> anyhow::Result<String> {
         let out = Command::new("redis-cli")
+            .args(self.tls.iter().flat_map(NodeTls::cli_args))
             .args(["-h", "127.0.0.1", "-p", &port.to_string()])
             .args(args)
             .output()
@@ -178,7 +253,7 @@ impl LocalCluster {
     /// Starts node `i` again (same port and dir: same identity, slots and, when persistent,
     /// data) and waits until the whole cluster is ok.
     pub fn restart(&mut self, i: usize) -> anyhow::Result<()> {
-        self.nodes[i].start(self.persistence)?;
+        self.nodes[i].start(self.persistence, self.tls.as_ref())?;
         self.wait_ok(Duration::from_secs(30))
     }
 

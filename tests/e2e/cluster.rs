@@ -192,3 +192,42 @@ async fn a_slot_migrated_while_events_flow_loses_and_doubles_nothing() {
         "the migration met t0's publishes (refused during it: TRYAGAIN or ASK)"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn rediss_seeds_deliver_with_the_ca_file_and_an_unknown_ca_is_never_talked_to() {
+    let ca = TestCa::new("cluster-ca");
+    let cluster = OwnCluster::start_tls(3, &ca);
+    let db = TestDb::new().await;
+    let (redis, _) = spread(&cluster, TOPICS);
+    insert_events(&db, 600, TOPICS, 10).await;
+    let with_ca = |ca: &TestCa| {
+        let mut env = base_env(&db, &redis);
+        env.push((
+            "OUTBOX__REDIS__CA_FILE".into(),
+            ca.cert.display().to_string(),
+        ));
+        env
+    };
+
+    let other = TestCa::new("not-the-cluster-ca");
+    let refused = RelayProc::spawn("tls-unknown-ca", &with_ca(&other));
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !refused.log().contains("UnknownIssuer") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no certificate error in {}",
+            refused.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(db.pending().await, 600, "nothing sent to an untrusted node");
+    drop(refused);
+
+    let _relay = RelayProc::spawn("tls-cluster", &with_ca(&ca));
+    db.wait_until_published(Duration::from_secs(60)).await;
+    let streamed: i64 = (0..TOPICS)
+        .map(|t| cluster.xlen(&redis.stream(&format!("t{t}"))))
+        .sum();
+    assert_eq!(streamed, 600);
+    assert_eq!(db.scalar(NO_ATTEMPTS).await, 0);
+}

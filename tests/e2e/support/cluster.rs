@@ -5,9 +5,9 @@
 
 use std::time::Duration;
 
-use outbox_relay::bench::cluster::{LocalCluster, Persistence};
+use outbox_relay::bench::cluster::{LocalCluster, NodeTls, Persistence};
 
-use super::TestRedis;
+use super::{TestCa, TestRedis};
 
 /// A local cluster of masters, killed on drop.
 pub struct OwnCluster {
@@ -20,6 +20,29 @@ impl OwnCluster {
         OwnCluster {
             inner: LocalCluster::start(masters, Persistence::Synced).expect("a local cluster"),
         }
+    }
+
+    /// As [`OwnCluster::start`], the nodes speaking only TLS with a certificate of `ca`.
+    pub fn start_tls(masters: usize, ca: &TestCa) -> OwnCluster {
+        let node = ca.cluster_node("cluster-node");
+        let tls = NodeTls {
+            cert: node.cert,
+            key: node.key,
+            ca: ca.cert.clone(),
+        };
+        OwnCluster {
+            inner: LocalCluster::start_with(masters, Persistence::Synced, Some(tls))
+                .expect("a local TLS cluster"),
+        }
+    }
+
+    /// `XLEN key`, asked of the key's master.
+    pub fn xlen(&self, key: &str) -> i64 {
+        let port = self.inner.port(self.owner_of(key));
+        self.cli(port, &["XLEN", key])
+            .trim()
+            .parse()
+            .expect("a length")
     }
 
     /// A key prefix of its own on this cluster.

@@ -71,6 +71,14 @@ impl TestCa {
         self.issue(name, name, &extensions)
     }
 
+    /// A Redis Cluster node's certificate: it names `localhost` and `127.0.0.1` (what the
+    /// nodes announce), and serves as a client certificate on the cluster bus too.
+    pub fn cluster_node(&self, name: &str) -> Issued {
+        let extensions =
+            "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth";
+        self.issue(name, name, extensions)
+    }
+
     /// A client certificate whose common name is `cn`.
     pub fn client(&self, name: &str, cn: &str) -> Issued {
         self.issue(name, cn, "extendedKeyUsage=clientAuth")
