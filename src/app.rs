@@ -83,12 +83,7 @@ pub async fn run_until(
         Drivers::Dedicated,
     );
     let redis_tls = RedisTls::load(&settings.redis).map_err(|e| anyhow::anyhow!(e.0))?;
-    let conn = connect::manager(
-        &settings.redis.url,
-        settings.redis.timeout,
-        redis_tls.as_ref(),
-    )
-    .context("redis.url")?;
+    let conn = connect::connect(&settings.redis, redis_tls.as_ref()).context("redis.url")?;
     let publisher = Publisher::new(
         conn,
         PublisherConfig {

@@ -71,7 +71,8 @@ pub struct BenchArgs {
     /// (`retention.published_for = 0s`) instead of keeping it for retention.
     #[arg(long)]
     pub soak_delete: bool,
-    /// Only these scenarios (drain, replicas, bloat, hotkey, baseline, ceiling, tls, latency;
+    /// Only these scenarios (drain, replicas, bloat, hotkey, baseline, ceiling, tls, cluster,
+    /// latency;
     /// `soak` runs only when named here).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,

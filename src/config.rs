@@ -76,8 +76,11 @@ pub struct DatabaseSettings {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RedisSettings {
-    /// `redis://host:port/db`.
+    /// `redis://host:port/db`; with `cluster`, the seed nodes, comma-separated.
     pub url: String,
+    /// Redis Cluster: `url` names one or more seed nodes, each command goes to the master of
+    /// its key's slot.
+    pub cluster: bool,
     /// Stream key of a topic is `<stream_prefix><topic>`.
     #[serde(deserialize_with = "lenient::string")]
     pub stream_prefix: String,
@@ -202,6 +205,7 @@ impl Default for RedisSettings {
     fn default() -> Self {
         RedisSettings {
             url: "redis://127.0.0.1:6379".into(),
+            cluster: false,
             stream_prefix: "outbox:".into(),
             dedup_window: Duration::from_secs(15 * 60),
             max_payload_bytes: 1024 * 1024,

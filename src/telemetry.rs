@@ -122,6 +122,8 @@ pub fn install_metrics() -> Option<PrometheusHandle> {
 /// A topic this replica knows of: its counters exist (at 0) before its first publish.
 pub fn topic_known(topic: &str) {
     counter!("outbox_events_published_total", "topic" => topic.to_string()).increment(0);
+    counter!("outbox_topic_outages_total", "topic" => topic.to_string()).increment(0);
+    gauge!("outbox_topic_down", "topic" => topic.to_string()).set(0.0);
 }
 
 /// What a committed claim cycle did, in plain values.
@@ -176,6 +178,27 @@ pub fn cycle_failed(error: &dyn Display, streak: u32) {
     if streak == 1 || streak.is_power_of_two() {
         tracing::warn!(streak, "claim cycle failed, backing off: {error}");
     }
+}
+
+/// One topic's publish failed as a whole (its Redis node unreachable): its events wait, the
+/// other topics go on. Counted per topic; logged at the first failure and then sparsely.
+pub fn topic_outage(topic: &str, error: &dyn Display, streak: u32, retry_in: Duration) {
+    counter!("outbox_topic_outages_total", "topic" => topic.to_string()).increment(1);
+    gauge!("outbox_topic_down", "topic" => topic.to_string()).set(1.0);
+    if streak == 1 || streak.is_power_of_two() {
+        tracing::warn!(
+            %topic,
+            streak,
+            retry_in_ms = retry_in.as_millis() as u64,
+            "topic unreachable in redis, its events wait (no attempt counted): {error}"
+        );
+    }
+}
+
+/// A topic publishes again after an outage of its own.
+pub fn topic_outage_over(topic: &str, streak: u32) {
+    gauge!("outbox_topic_down", "topic" => topic.to_string()).set(0.0);
+    tracing::info!(%topic, failed_publishes = streak, "topic reachable again");
 }
 
 /// This replica quiets producers' NOTIFY and polls fast (true), or stopped doing so.

@@ -73,6 +73,14 @@ impl Ca {
         self.issue(name, name, &extensions)
     }
 
+    /// A Redis Cluster node's certificate: it names `localhost` and `127.0.0.1` (what the
+    /// nodes announce), and serves as a client certificate on the cluster bus too.
+    pub fn cluster_node(&self, name: &str) -> anyhow::Result<Issued> {
+        let extensions =
+            "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth";
+        self.issue(name, name, extensions)
+    }
+
     /// A client certificate whose common name is `cn`.
     pub fn client(&self, name: &str, cn: &str) -> anyhow::Result<Issued> {
         self.issue(name, cn, "extendedKeyUsage=clientAuth")

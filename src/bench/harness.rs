@@ -11,6 +11,7 @@ use diesel_async::{AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
 use uuid::Uuid;
 
 use super::Figure;
+use crate::publish::connect::{self, RedisConn};
 
 /// Topics of the mixed workload.
 pub const TOPICS: u64 = 10;
@@ -20,10 +21,12 @@ pub const TOPICS: u64 = 10;
 pub struct BenchEnv {
     /// Admin URL of the local Postgres.
     pub postgres_url: String,
-    /// Redis URL.
+    /// Redis URL; with `cluster`, the seed nodes.
     pub redis_url: String,
     /// The CA that signs the Redis server's certificate, for a `rediss://` URL.
     pub redis_ca: Option<std::path::PathBuf>,
+    /// Redis is a cluster (`redis.cluster = true` for the relays).
+    pub cluster: bool,
 }
 
 impl BenchEnv {
@@ -33,6 +36,16 @@ impl BenchEnv {
             postgres_url: postgres_url.to_string(),
             redis_url: redis_url.to_string(),
             redis_ca: None,
+            cluster: false,
+        }
+    }
+
+    /// The same Postgres with the Redis Cluster at `seeds`.
+    pub fn on_cluster(&self, seeds: &str) -> Self {
+        BenchEnv {
+            redis_url: seeds.to_string(),
+            cluster: true,
+            ..self.clone()
         }
     }
 
@@ -111,16 +124,20 @@ impl Scratch {
         format!("{}bench.topic{n}", self.prefix)
     }
 
-    /// Total entries in the workload's streams.
-    pub async fn streamed(
-        &self,
-        redis: &mut redis::aio::MultiplexedConnection,
-    ) -> anyhow::Result<u64> {
-        let mut pipe = redis::pipe();
-        for t in 0..TOPICS {
-            pipe.cmd("XLEN").arg(self.stream(t));
-        }
-        let lens: Vec<u64> = pipe.query_async(redis).await?;
+    /// Total entries in the workload's streams (one XLEN each, all at once: on a cluster
+    /// each goes to its stream's master).
+    pub async fn streamed(&self, redis: &RedisConn) -> anyhow::Result<u64> {
+        let lens = futures::future::try_join_all((0..TOPICS).map(|t| {
+            let mut redis = redis.clone();
+            let key = self.stream(t);
+            async move {
+                redis::cmd("XLEN")
+                    .arg(key)
+                    .query_async::<u64>(&mut redis)
+                    .await
+            }
+        }))
+        .await?;
         Ok(lens.iter().sum())
     }
 
@@ -134,7 +151,7 @@ impl Scratch {
                 ))
                 .await;
         }
-        if let Ok(mut redis) = self.env.redis().await {
+        if let Ok(mut redis) = redis_link(&self.env) {
             let keys: Vec<String> = redis::cmd("KEYS")
                 .arg(format!("*{}*", self.prefix))
                 .query_async(&mut redis)
@@ -146,6 +163,20 @@ impl Scratch {
             }
         }
     }
+}
+
+/// A connection to the bench's Redis, or to its cluster (commands routed by key), over TLS
+/// when the environment has a CA, with a generous response timeout.
+pub fn redis_link(env: &BenchEnv) -> anyhow::Result<RedisConn> {
+    let settings = crate::config::RedisSettings {
+        url: env.redis_url.clone(),
+        cluster: env.cluster,
+        timeout: Duration::from_secs(30),
+        ca_file: env.redis_ca.clone(),
+        ..Default::default()
+    };
+    let tls = connect::RedisTls::load(&settings).map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok(connect::connect(&settings, tls.as_ref())?)
 }
 
 /// The shape of the preloaded backlog.
@@ -265,6 +296,7 @@ impl RelayProcess {
             .arg("run")
             .env("DATABASE_URL", &scratch.url)
             .env("REDIS_URL", &env.redis_url)
+            .env("OUTBOX__REDIS__CLUSTER", env.cluster.to_string())
             .env("OUTBOX__REDIS__STREAM_PREFIX", &scratch.prefix)
             .env("OUTBOX__ADMIN__ADDR", format!("127.0.0.1:{port}"))
             .env("OUTBOX__INSTANCE_ID", name)
@@ -406,7 +438,7 @@ where
             conn.batch_execute(setup_sql).await?;
         }
         let wal_before = wal_position(&mut conn).await?;
-        let mut redis = env.redis().await?;
+        let mut redis = redis_link(env)?;
         let meter = super::machine::Meter::start(&mut redis).await;
         let started = Instant::now();
         let usage = body(&scratch).await?;
@@ -444,7 +476,7 @@ pub async fn drain(
 ) -> anyhow::Result<Drain> {
     measure_drain(env, n, shape, "", async |scratch: &Scratch| {
         let mut conn = scratch.conn().await?;
-        let mut redis = env.redis().await?;
+        let redis = redis_link(env)?;
         let started = Instant::now();
         let relays = (0..replicas)
             .map(|i| RelayProcess::start(scratch, env, &format!("bench-{i}"), extra))
@@ -452,7 +484,7 @@ pub async fn drain(
         let deadline = started + Duration::from_secs(600);
         let mut first = None;
         loop {
-            let streamed = scratch.streamed(&mut redis).await?;
+            let streamed = scratch.streamed(&redis).await?;
             if streamed > 0 && first.is_none() {
                 first = Some(FirstEntries {
                     seconds: started.elapsed().as_secs_f64(),

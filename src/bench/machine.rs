@@ -9,7 +9,8 @@
 
 use std::time::Instant;
 
-use redis::aio::MultiplexedConnection;
+use redis::aio::ConnectionLike;
+use redis::Value;
 
 /// Readings at the start of a span.
 pub struct Meter {
@@ -42,23 +43,32 @@ fn jiffies() -> Option<(u64, u64)> {
     Some((total.saturating_sub(idle), total))
 }
 
-async fn redis_cpu(redis: &mut MultiplexedConnection) -> Option<f64> {
-    let info: String = redis::cmd("INFO")
+/// CPU seconds of the server, or the sum over a cluster's masters (there INFO goes to each
+/// and the reply maps each node to its text).
+async fn redis_cpu(redis: &mut (impl ConnectionLike + Send)) -> Option<f64> {
+    let reply: Value = redis::cmd("INFO")
         .arg("cpu")
         .query_async(redis)
         .await
         .ok()?;
-    let field = |name: &str| -> Option<f64> {
-        info.lines()
-            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
-            .and_then(|v| v.trim().parse().ok())
+    let cpu = |info: &Value| -> Option<f64> {
+        let info: String = redis::from_redis_value_ref(info).ok()?;
+        let field = |name: &str| -> Option<f64> {
+            info.lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+                .and_then(|v| v.trim().parse().ok())
+        };
+        Some(field("used_cpu_sys")? + field("used_cpu_user")?)
     };
-    Some(field("used_cpu_sys")? + field("used_cpu_user")?)
+    match &reply {
+        Value::Map(nodes) => nodes.iter().map(|(_, info)| cpu(info)).sum(),
+        single => cpu(single),
+    }
 }
 
 impl Meter {
     /// Reads the counters now.
-    pub async fn start(redis: &mut MultiplexedConnection) -> Meter {
+    pub async fn start(redis: &mut (impl ConnectionLike + Send)) -> Meter {
         Meter {
             jiffies: jiffies(),
             redis_cpu: redis_cpu(redis).await,
@@ -67,7 +77,7 @@ impl Meter {
     }
 
     /// Reads them again: the cost since [`Meter::start`].
-    pub async fn stop(self, redis: &mut MultiplexedConnection) -> Load {
+    pub async fn stop(self, redis: &mut (impl ConnectionLike + Send)) -> Load {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
         let busy_cores = match (self.jiffies, jiffies()) {
             (Some((busy0, total0)), Some((busy1, total1))) if total1 > total0 => {

@@ -3,12 +3,13 @@
 //! (this same binary, `run`), and prints figures; nothing here asserts a time.
 //!
 //! Scenarios: drain (keep rows / delete mode), steady latency at fixed rates, replicas 1-3,
-//! a single hot key, and in the same run two references: the seed article's algorithm
-//! (10 rows per transaction, one XADD and one UPDATE per event) and the ceiling (the relay's
-//! own SQL with the Redis step removed).
+//! a single hot key, the drain on a local three-master Redis Cluster, and in the same run two
+//! references: the seed article's algorithm (10 rows per transaction, one XADD and one UPDATE
+//! per event) and the ceiling (the relay's own SQL with the Redis step removed).
 
 pub mod certs;
 pub mod chart;
+pub mod cluster;
 pub mod harness;
 pub mod latency;
 pub mod machine;
@@ -29,6 +30,12 @@ const CEILING: &str = "ceiling: relay SQL, no Redis";
 /// The TLS scenario's two sides.
 const TLS_OFF: &str = "tls: off (own Redis, sslmode=disable)";
 const TLS_ON: &str = "tls: on (rediss, sslmode=require)";
+
+/// The cluster scenario's name: the keep-rows drain on a local cluster of this many masters.
+const CLUSTER: &str = "redis cluster: 3 masters";
+
+/// Masters of the cluster scenario's local cluster.
+const CLUSTER_MASTERS: usize = 3;
 
 /// The relay's poll interval in the polled latency scenarios.
 pub const POLLED_INTERVAL: Duration = Duration::from_millis(10);
@@ -116,21 +123,41 @@ pub async fn run(options: BenchOptions) -> anyhow::Result<Report> {
         true => Some(tls::TlsServers::start()),
         false => None,
     };
+    // One local cluster (fresh redis-servers, no persistence, like the bench's Redis) for
+    // every round; each drain has a stream prefix of its own.
+    let local = options.wants("cluster").then(|| {
+        cluster::LocalCluster::start(CLUSTER_MASTERS, cluster::Persistence::None)
+            .map(|c| (env.on_cluster(&c.seeds()), c))
+    });
+    let on_cluster = async |n| match &local {
+        Some(Ok((cluster_env, _))) => {
+            harness::drain(cluster_env, n, 1, harness::Shape::Mixed, &[]).await
+        }
+        Some(Err(e)) => Err(anyhow::anyhow!("no local cluster: {e}")),
+        None => Err(anyhow::anyhow!("cluster scenario not selected")),
+    };
     for round in 0..options.repeat.max(1) {
         // The ceiling runs right beside the keep-rows drain, so each round's ratio of the two
         // compares the same minute of a shared machine (its speed drifts from one minute to
         // the next); first in every other round, so neither is always the one that
         // runs on a machine left warm (or busy) by the other.
+        // The cluster drain too, against this same single-node drain.
         let ceiling_first = round % 2 == 1;
         if options.wants("ceiling") && ceiling_first {
             add_run(&mut runs, CEILING, reference::ceiling(&env, n).await);
         }
-        if options.wants("drain") {
+        if options.wants("cluster") && ceiling_first {
+            add_run(&mut runs, CLUSTER, on_cluster(n).await);
+        }
+        if options.wants("drain") || options.wants("cluster") {
             let r = harness::drain(&env, n, 1, harness::Shape::Mixed, &[]).await;
             add_run(&mut runs, "drain (keep rows)", r);
         }
         if options.wants("ceiling") && !ceiling_first {
             add_run(&mut runs, CEILING, reference::ceiling(&env, n).await);
+        }
+        if options.wants("cluster") && !ceiling_first {
+            add_run(&mut runs, CLUSTER, on_cluster(n).await);
         }
         if options.wants("drain") {
             let delete = [("OUTBOX__RETENTION__PUBLISHED_FOR", "0s")];

@@ -160,7 +160,8 @@ impl Report {
             .find(|f| f.scenario.starts_with(prefix) && f.error.is_none())
     }
 
-    /// Works out the keep-rows drain's ratios to the bloat, seed and ceiling scenarios.
+    /// Works out the keep-rows drain's ratios to the bloat, seed, ceiling and cluster
+    /// scenarios.
     pub fn compare(&mut self) {
         let tls = self
             .find("tls: on")
@@ -174,6 +175,7 @@ impl Report {
             ("bloat / clean drain", "bloat", true),
             ("drain / seed algorithm", "baseline", false),
             ("drain / ceiling", "ceiling", false),
+            ("cluster / single node", "redis cluster", true),
         ]
         .into_iter()
         .filter_map(|(name, other, other_on_top)| {

@@ -102,6 +102,7 @@ impl TlsServers {
                 format!("redis://127.0.0.1:{}", self.plain_port)
             },
             redis_ca: tls.then(|| self.dir.join("ca.crt")),
+            cluster: false,
         })
     }
 }

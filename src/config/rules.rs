@@ -72,12 +72,8 @@ const RULES: &[Rule] = &[
         },
     },
     Rule {
-        settings: &["redis.url"],
-        check: |s| {
-            redis::Client::open(s.redis.url.as_str())
-                .map(|_| ())
-                .map_err(|e| e.to_string())
-        },
+        settings: &["redis.url", "redis.cluster"],
+        check: |s| redis_url(&s.redis.url, s.redis.cluster),
     },
     Rule {
         settings: &[
@@ -240,6 +236,20 @@ const RULES: &[Rule] = &[
     },
 ];
 
+fn redis_url(raw: &str, cluster: bool) -> Result<(), String> {
+    if cluster {
+        return crate::publish::connect::check_seeds(raw);
+    }
+    if raw.contains(',') {
+        return Err(format!(
+            "holds several nodes ({raw}): a list of seed nodes is for a Redis Cluster; set redis.cluster = true (OUTBOX__REDIS__CLUSTER=true), or give one redis:// URL"
+        ));
+    }
+    redis::Client::open(raw)
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
 fn postgres_url(raw: &str) -> Result<(), String> {
     let parsed = url::Url::parse(raw).map_err(|e| e.to_string())?;
     if !matches!(parsed.scheme(), "postgres" | "postgresql") {
@@ -275,6 +285,35 @@ mod tests {
     #[test]
     fn every_rule_holds_on_the_defaults() {
         assert!(check(&Settings::default(), &|_| false).is_ok());
+    }
+
+    #[test]
+    fn several_nodes_need_cluster_mode_and_cluster_seeds_are_checked() {
+        let mut s = Settings::default();
+        s.redis.url = "redis://h1:7000,redis://h2:7001".into();
+        let err = check(&s, &only("redis.url")).expect_err("a list without cluster mode");
+        assert_eq!(err.setting, "redis.url");
+        assert!(
+            err.message.contains("redis.cluster = true"),
+            "{}",
+            err.message
+        );
+        s.redis.cluster = true;
+        assert!(check(&s, &only("redis.url")).is_ok());
+        s.redis.url = " h1:7000, h2:7001 ".into();
+        assert!(check(&s, &only("redis.url")).is_ok(), "host:port seeds");
+        s.redis.url = "redis://127.0.0.1:6379".into();
+        assert!(check(&s, &only("redis.cluster")).is_ok(), "one seed");
+        for (bad, says) in [
+            (" , ", "no seed node"),
+            ("redis://h1:7000/2", "database 0"),
+            ("http://h1:7000", "redis://"),
+            ("redis://h1:7000,rediss://h2:7001", "TLS"),
+        ] {
+            s.redis.url = bad.into();
+            let err = check(&s, &only("redis.url")).expect_err(bad);
+            assert!(err.message.contains(says), "{bad}: {}", err.message);
+        }
     }
 
     #[test]

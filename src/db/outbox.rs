@@ -385,6 +385,28 @@ pub async fn delete_published(
     .await
 }
 
+/// Makes events wait `delay_ms` without counting an attempt (the Redis node of their topic is
+/// unreachable), by the `ctid`s this transaction locked them at. Later events of their keys
+/// wait behind them, as behind a retry.
+pub async fn postpone(
+    conn: &mut AsyncPgConnection,
+    ctids: &[&str],
+    delay_ms: i64,
+) -> Result<usize, DbError> {
+    if ctids.is_empty() {
+        return Ok(0);
+    }
+    let sql = "UPDATE outbox SET available_at = now() + $2 * interval '1 millisecond'
+               WHERE ctid = ANY($1::text[]::tid[]) AND published_at IS NULL";
+    Ok(prepared(
+        diesel::sql_query(sql)
+            .bind::<Array<Text>, _>(ctids)
+            .bind::<BigInt, _>(delay_ms),
+    )
+    .execute(conn)
+    .await?)
+}
+
 async fn by_ctids(
     conn: &mut AsyncPgConnection,
     sql: &'static str,

@@ -22,6 +22,7 @@ use redis::aio::ConnectionManager;
 use uuid::Uuid;
 
 pub use classify::{classify_error, classify_reply, Verdict};
+pub use connect::RedisConn;
 
 /// Upper bound of the entry bytes sent in one script call (a call blocks Redis while it runs).
 pub const CALL_BYTES: usize = 4 * 1024 * 1024;
@@ -173,17 +174,96 @@ pub struct PublisherConfig {
     pub timeout: Duration,
 }
 
+/// How a script call names the script.
+#[derive(Clone, Copy)]
+enum Verb {
+    /// By its SHA1, the usual way.
+    EvalSha,
+    /// With its source, after a NOSCRIPT.
+    Eval,
+}
+
+/// One script call's content (see [`script`] for KEYS and ARGV).
+struct ScriptCall<'a> {
+    stream: &'a str,
+    topic: &'a str,
+    sent: &'a [(&'a StreamEvent, usize)],
+    maxlen: u64,
+    dedup: [String; 3],
+    retired: Option<String>,
+    ttl: u64,
+}
+
+impl ScriptCall<'_> {
+    /// The command, as one contiguous buffer: a script invocation would allocate every
+    /// argument. Every key shares the stream's slot, so on a cluster it goes to one master.
+    fn command(&self, verb: Verb) -> redis::Cmd {
+        let [current, previous, next] = &self.dedup;
+        let mut cmd = match verb {
+            Verb::EvalSha => {
+                let mut cmd = redis::cmd("EVALSHA");
+                cmd.arg(script::PUBLISH.get_hash());
+                cmd
+            }
+            Verb::Eval => {
+                let mut cmd = redis::cmd("EVAL");
+                cmd.arg(script::SOURCE);
+                cmd
+            }
+        };
+        cmd.arg(4 + usize::from(self.retired.is_some()))
+            .arg(self.stream)
+            .arg(current)
+            .arg(previous)
+            .arg(next);
+        if let Some(retired) = &self.retired {
+            cmd.arg(retired);
+        }
+        cmd.arg(self.ttl)
+            .arg(self.maxlen)
+            .arg(self.sent.len())
+            .arg(self.topic);
+        let mut uuid = Uuid::encode_buffer();
+        let mut created = String::with_capacity(32);
+        let mut label = String::with_capacity(8);
+        for (event, chain) in self.sent {
+            created.clear();
+            write_created_at(&mut created, &event.created_at);
+            label.clear();
+            let mark = if event.key.is_some() { 'k' } else { 'u' };
+            let _ = write!(label, "{mark}{chain}");
+            cmd.arg(event.id.as_bytes().as_slice())
+                .arg(label.as_str())
+                .arg(event.id.hyphenated().encode_lower(&mut uuid) as &str)
+                .arg(event.payload.as_str())
+                .arg(event.headers.as_str())
+                .arg(created.as_str())
+                .arg(event.key.as_deref().unwrap_or(""));
+        }
+        cmd
+    }
+}
+
 /// Writes events into their streams. Cheap to clone: the connection is multiplexed.
 #[derive(Clone)]
 pub struct Publisher {
-    conn: ConnectionManager,
+    conn: RedisConn,
     config: PublisherConfig,
 }
 
 impl Publisher {
-    /// A publisher over a (lazily connecting) connection manager.
-    pub fn new(conn: ConnectionManager, config: PublisherConfig) -> Self {
-        Publisher { conn, config }
+    /// A publisher over a (lazily connecting) connection: one server's connection manager or
+    /// a cluster connection.
+    pub fn new(conn: impl Into<RedisConn>, config: PublisherConfig) -> Self {
+        Publisher {
+            conn: conn.into(),
+            config,
+        }
+    }
+
+    /// Whether it writes to a Redis Cluster.
+    pub fn is_cluster(&self) -> bool {
+        self.conn.is_cluster()
     }
 
     /// A lazy connection manager for `url` without TLS files (see [`connect::manager`]).
@@ -270,48 +350,30 @@ impl Publisher {
         maxlen: u64,
     ) -> Result<Vec<Outcome>, PublishError> {
         let now = Utc::now().timestamp().max(0) as u64;
-        let [current, previous, next] = keys::dedup_keys(stream, self.config.dedup_window, now);
-        let retired = keys::retired_dedup_key(stream, self.config.dedup_window, now);
-        // One contiguous command buffer: a script invocation would allocate every argument.
-        let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(script::PUBLISH.get_hash())
-            .arg(4 + usize::from(retired.is_some()))
-            .arg(stream)
-            .arg(&current)
-            .arg(&previous)
-            .arg(&next);
-        if let Some(retired) = &retired {
-            cmd.arg(retired);
-        }
-        cmd.arg(keys::dedup_ttl_secs(self.config.dedup_window))
-            .arg(maxlen)
-            .arg(sent.len())
-            .arg(topic);
-        let mut uuid = Uuid::encode_buffer();
-        let mut created = String::with_capacity(32);
-        let mut label = String::with_capacity(8);
-        for (event, chain) in sent {
-            created.clear();
-            write_created_at(&mut created, &event.created_at);
-            label.clear();
-            let mark = if event.key.is_some() { 'k' } else { 'u' };
-            let _ = write!(label, "{mark}{chain}");
-            cmd.arg(event.id.as_bytes().as_slice())
-                .arg(label.as_str())
-                .arg(event.id.hyphenated().encode_lower(&mut uuid) as &str)
-                .arg(event.payload.as_str())
-                .arg(event.headers.as_str())
-                .arg(created.as_str())
-                .arg(event.key.as_deref().unwrap_or(""));
-        }
+        let script_call = ScriptCall {
+            stream,
+            topic,
+            sent,
+            maxlen,
+            dedup: keys::dedup_keys(stream, self.config.dedup_window, now),
+            retired: keys::retired_dedup_key(stream, self.config.dedup_window, now),
+            ttl: keys::dedup_ttl_secs(self.config.dedup_window),
+        };
+        let cmd = script_call.command(Verb::EvalSha);
         let mut conn = self.conn.clone();
         let call = async {
             match cmd.query_async::<Vec<String>>(&mut conn).await {
+                // The node that runs the call has not got the script: a restarted server, a
+                // cluster master new to this stream's slot (failover, resharding), or a
+                // `SCRIPT FLUSH`. EVAL sends the source to that very node, which caches it
+                // for the next EVALSHA (a `SCRIPT LOAD` could land elsewhere on a cluster).
                 Err(e)
                     if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
                 {
-                    script::load_cmd().query_async::<String>(&mut conn).await?;
-                    cmd.query_async::<Vec<String>>(&mut conn).await
+                    script_call
+                        .command(Verb::Eval)
+                        .query_async::<Vec<String>>(&mut conn)
+                        .await
                 }
                 other => other,
             }
@@ -367,7 +429,8 @@ impl Publisher {
         }
     }
 
-    /// PING with a short deadline, for readiness.
+    /// PING with a short deadline, for readiness. On a cluster the PING goes to every master
+    /// and succeeds only if each answers: while one is down, some topics cannot be published.
     pub async fn ping(&self) -> bool {
         let mut conn = self.conn.clone();
         let cmd = redis::cmd("PING");

@@ -23,7 +23,7 @@ use super::{classify_reply, Outcome, PublishError, Verdict};
 /// Returns a status string with one letter per event (`p` published, `d` duplicate, `s`
 /// skipped, `e` failed), then the message of each failure in order: the entry ids are not
 /// needed, and a letter is cheaper to build, send and read than a string per event.
-const SOURCE: &str = r#"
+pub const SOURCE: &str = r#"
 local stream, cur, prev, nxt = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local ttl = tonumber(ARGV[1])
 local maxlen = tonumber(ARGV[2])
@@ -105,15 +105,9 @@ return out
 /// Values sent per event after the call's header (see [`SOURCE`]).
 pub const PER_EVENT: usize = 7;
 
-/// The loaded script (EVALSHA, loaded again after a Redis restart's NOSCRIPT).
+/// The script, called by its hash (EVALSHA); after a NOSCRIPT the publisher sends it once with
+/// EVAL, which caches it on the node that ran it.
 pub static PUBLISH: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(SOURCE));
-
-/// The `SCRIPT LOAD` that answers a NOSCRIPT.
-pub fn load_cmd() -> redis::Cmd {
-    let mut cmd = redis::cmd("SCRIPT");
-    cmd.arg("LOAD").arg(SOURCE);
-    cmd
-}
 
 /// Reads the script's reply into one outcome per event (`sent` events were in the call).
 pub fn parse_reply(reply: &[String], sent: usize) -> Result<Vec<Outcome>, PublishError> {

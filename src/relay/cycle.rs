@@ -7,6 +7,11 @@
 //! (or delete it), commit. A crash at any instant rolls the transaction back and releases the
 //! locks; the events are claimed again, and the Redis-side dedup refuses the second XADD of
 //! any that had reached their stream. An outage rolls back too: no attempt is consumed.
+//!
+//! An outage of some topics only (on a Redis Cluster, the master holding their streams is
+//! down) does not hold the others: those topics' events are postponed, without an attempt
+//! counted, and the rest of the batch commits. On one Redis server, where every topic shares
+//! the outage, a batch whose every topic failed rolls back as a whole.
 
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
@@ -21,12 +26,12 @@ use super::dispatcher::Dispatchers;
 use super::messages::Publish;
 use super::overlap::Overlap;
 use super::retry;
-use super::settle::{self, Row, Settled};
+use super::settle::{self, Row, Settled, TopicResult};
 use super::slots::SlotGate;
 use crate::config::RetrySettings;
 use crate::db::outbox::{self, BatchLimits, Failure};
 use crate::db::{pooler, DbError, Pool};
-use crate::publish::{Outcome, PublishError};
+use crate::publish::PublishError;
 use crate::relay::sizing::SizeHint;
 
 /// What a cycle needs; cheap to clone into each cycle's future.
@@ -75,6 +80,9 @@ pub struct CycleReport {
     pub max_seq: Option<i64>,
     /// Every cluster-wide claim slot was held elsewhere: nothing was claimed.
     pub no_slot: bool,
+    /// Some topics' events were postponed after an outage of their own; the soonest of them
+    /// comes due after this.
+    pub postponed_for: Option<Duration>,
 }
 
 impl CycleReport {
@@ -83,12 +91,13 @@ impl CycleReport {
         self.published.values().sum()
     }
 
-    /// The earliest retry this cycle scheduled.
+    /// The earliest retry (or postponed event) this cycle scheduled.
     pub fn next_retry(&self) -> Option<Duration> {
         self.failures
             .iter()
             .filter(|f| !f.dead)
             .map(|f| Duration::from_millis(u64::try_from(f.delay_ms).unwrap_or(0)))
+            .chain(self.postponed_for)
             .min()
     }
 }
@@ -224,11 +233,14 @@ async fn claim_and_publish(
         ));
         rows.push((share.topic, share.rows));
     }
-    let outcomes = publish(c, deps, calls, overlap.then_some(&rows)).await?;
+    let results = publish(c, deps, calls, overlap.then_some(&rows)).await?;
+    if let Some(outage) = whole_outage(deps, &results) {
+        return Err(CycleError::Redis(outage).into());
+    }
     let settled = settle::settle(
         rows.iter()
             .map(|(topic, rows)| (topic.as_str(), rows.as_slice())),
-        outcomes,
+        results,
         appended,
         Utc::now(),
     )
@@ -237,18 +249,31 @@ async fn claim_and_publish(
     Ok(report)
 }
 
+/// On one Redis server, a batch whose every topic met an outage met Redis's: the cycle rolls
+/// back and the claim loop backs off. (On a cluster each topic's outage is its master's: those
+/// events are postponed, and the cycle commits.)
+fn whole_outage(deps: &CycleDeps, results: &[TopicResult]) -> Option<PublishError> {
+    if deps.dispatchers.publisher().is_cluster() {
+        return None;
+    }
+    let mut errors = results.iter().map(|r| r.as_ref().err());
+    let first = errors.next()??;
+    errors.all(|e| e.is_some()).then(|| first.error.clone())
+}
+
 /// The publish stage: each topic's share through its dispatcher, all topics at once. With
-/// `overlap_rows`, every row is marked published beside the publish.
+/// `overlap_rows`, every row is marked published beside the publish. A topic's outage is its
+/// result; only the mark's failure fails the stage.
 async fn publish(
     c: &mut AsyncPgConnection,
     deps: &CycleDeps,
     calls: Vec<(String, Publish)>,
     overlap_rows: Option<&Vec<(String, Vec<Row>)>>,
-) -> Result<Vec<Vec<(Uuid, Outcome)>>, CycleError> {
+) -> Result<Vec<TopicResult>, CycleError> {
     let calls = calls
         .into_iter()
         .map(|(topic, msg)| async move { deps.dispatchers.publish(&topic, msg).await });
-    let results = match overlap_rows {
+    match overlap_rows {
         Some(rows) => {
             let all: Vec<&str> = rows
                 .iter()
@@ -256,14 +281,10 @@ async fn publish(
                 .collect();
             let (results, marked) = futures::join!(join_all(calls), mark(c, deps, &all));
             marked?;
-            results
+            Ok(results)
         }
-        None => join_all(calls).await,
-    };
-    results
-        .into_iter()
-        .map(|r| r.map_err(CycleError::from))
-        .collect()
+        None => Ok(join_all(calls).await),
+    }
 }
 
 /// The apply stage: mark what reached its stream (unless the overlapped mark did), plan the
@@ -286,6 +307,18 @@ async fn apply(
     let failures = retry::plan_all(&deps.retry, settled.faults, rand::random::<f64>);
     if !failures.is_empty() {
         outbox::schedule_retry(c, &failures).await?;
+    }
+    for postponed in &settled.postponed {
+        let wait = postponed.outage.retry_in;
+        outbox::postpone(c, &postponed.ctids, wait.as_millis() as i64).await?;
+        tracing::debug!(
+            topic = postponed.topic,
+            events = postponed.ctids.len(),
+            wait_ms = wait.as_millis() as u64,
+            "events postponed: {}",
+            postponed.outage.error
+        );
+        report.postponed_for = Some(report.postponed_for.map_or(wait, |w| w.min(wait)));
     }
     report.published = settled.published;
     report.latencies = settled.latencies;

@@ -4,17 +4,26 @@
 //! the topic in the registry table and makes its metrics exist. [`Dispatchers`] is the
 //! topic registry that starts them on first use, under a supervisor, and replaces one whose
 //! mailbox closed.
+//!
+//! A publish that fails as a whole (an outage) is answered with a [`TopicOutage`]: the
+//! topic's events wait a pause that doubles with each failure in a row (100 ms to 5 s), and
+//! the cycle settles the other topics. On a Redis Cluster a topic lives on one master, so
+//! while its pause runs the dispatcher answers at once without asking Redis: a dead master
+//! costs its own topics a failed call per pause, and the other topics' cycles nothing.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use actix::{
     Actor, ActorContext, ActorFutureExt, Addr, AsyncContext, Context, Handler, ResponseActFuture,
     Supervised, Supervisor, WrapFuture,
 };
+use rand::Rng;
 use uuid::Uuid;
 
-use super::messages::Publish;
+use super::backoff;
+use super::messages::{Publish, TopicOutage};
 use super::supervision::{catching, Panicked};
 use crate::db::{pooler, topics, Pool};
 use crate::publish::{keys, Outcome, PublishError, Publisher};
@@ -24,6 +33,62 @@ pub struct Dispatcher {
     topic: String,
     publisher: Publisher,
     pool: Pool,
+    /// The topic's outage, while its publishes fail as a whole.
+    down: Option<Down>,
+}
+
+/// A topic's publishes failing in a row.
+struct Down {
+    /// Failed publishes in a row.
+    streak: u32,
+    /// The last failure.
+    error: PublishError,
+    /// On a cluster: publishes fail at once until then.
+    until: Option<Instant>,
+}
+
+impl Dispatcher {
+    /// While the topic's pause runs (cluster only), the outage to answer without asking Redis.
+    fn still_down(&self) -> Option<TopicOutage> {
+        let down = self.down.as_ref()?;
+        let retry_in = down.until?.checked_duration_since(Instant::now())?;
+        Some(TopicOutage {
+            error: down.error.clone(),
+            retry_in,
+        })
+    }
+
+    /// Records how a publish that went to Redis ended.
+    fn ended(
+        &mut self,
+        result: Result<Vec<(Uuid, Outcome)>, PublishError>,
+    ) -> Result<Vec<(Uuid, Outcome)>, TopicOutage> {
+        match result {
+            Ok(outcomes) => {
+                if let Some(down) = self.down.take() {
+                    crate::telemetry::topic_outage_over(&self.topic, down.streak);
+                }
+                Ok(outcomes)
+            }
+            Err(error) => {
+                let streak = self.down.as_ref().map_or(0, |d| d.streak).saturating_add(1);
+                let retry_in = backoff::outage_pause(streak, rand::rng().random());
+                crate::telemetry::topic_outage(&self.topic, &error, streak, retry_in);
+                // On one server every topic shares the outage, and the claim loop's own
+                // backoff paces the retries; on a cluster only this topic's master is away.
+                let until = self
+                    .publisher
+                    .is_cluster()
+                    .then(|| Instant::now() + retry_in);
+                self.down = Some(Down {
+                    streak,
+                    error: error.clone(),
+                    until,
+                });
+                Err(TopicOutage { error, retry_in })
+            }
+        }
+    }
 }
 
 impl Actor for Dispatcher {
@@ -65,9 +130,12 @@ impl Supervised for Dispatcher {
 }
 
 impl Handler<Publish> for Dispatcher {
-    type Result = ResponseActFuture<Self, Result<Vec<(Uuid, Outcome)>, PublishError>>;
+    type Result = ResponseActFuture<Self, Result<Vec<(Uuid, Outcome)>, TopicOutage>>;
 
     fn handle(&mut self, msg: Publish, _: &mut Context<Self>) -> Self::Result {
+        if let Some(outage) = self.still_down() {
+            return Box::pin(actix::fut::ready(Err(outage)));
+        }
         let publisher = self.publisher.clone();
         let topic = self.topic.clone();
         let publish = async move { publisher.publish(&topic, &msg.chains, msg.maxlen).await };
@@ -75,14 +143,16 @@ impl Handler<Publish> for Dispatcher {
             catching("dispatcher", publish)
                 .into_actor(self)
                 .map(|result, act, ctx| {
-                    result.unwrap_or_else(|Panicked| {
-                        // Restarted by its supervisor; the cycle rolls back as after an outage.
+                    let result = result.unwrap_or_else(|Panicked| {
+                        // Restarted by its supervisor; the topic's events wait as after an
+                        // outage.
                         ctx.stop();
                         Err(PublishError::Outage(format!(
                             "the dispatcher of {} panicked",
                             act.topic
                         )))
-                    })
+                    });
+                    act.ended(result)
                 }),
         )
     }
@@ -127,6 +197,7 @@ impl Dispatchers {
             topic: topic.to_string(),
             publisher: self.publisher.clone(),
             pool: self.pool.clone(),
+            down: None,
         };
         let addr = Supervisor::start(move |_| dispatcher);
         map.insert(topic.to_string(), addr.clone());
@@ -138,13 +209,14 @@ impl Dispatchers {
         &self,
         topic: &str,
         msg: Publish,
-    ) -> Result<Vec<(Uuid, Outcome)>, PublishError> {
+    ) -> Result<Vec<(Uuid, Outcome)>, TopicOutage> {
         let addr = self.get(topic);
         match addr.send(msg).await {
             Ok(result) => result,
-            Err(e) => Err(PublishError::Outage(format!(
-                "dispatcher of {topic} is gone: {e}"
-            ))),
+            Err(e) => Err(TopicOutage {
+                error: PublishError::Outage(format!("dispatcher of {topic} is gone: {e}")),
+                retry_in: backoff::outage_pause(1, rand::rng().random()),
+            }),
         }
     }
 }

@@ -19,12 +19,24 @@ pub struct Drain;
 
 /// One topic's share of a batch, for that topic's dispatcher.
 #[derive(Debug, Clone, Message)]
-#[rtype(result = "Result<Vec<(Uuid, Outcome)>, PublishError>")]
+#[rtype(result = "Result<Vec<(Uuid, Outcome)>, TopicOutage>")]
 pub struct Publish {
     /// Chains in order: a key's run, or a single unkeyed event.
     pub chains: Vec<Vec<StreamEvent>>,
     /// The topic's own trimming, overriding `redis.maxlen`.
     pub maxlen: Option<u64>,
+}
+
+/// A topic's publish that failed as a whole through nobody's fault: Redis, or on a cluster the
+/// master of the topic's slot, unreachable or too slow. Its events wait `retry_in` (no attempt
+/// counted); during that time the dispatcher fails the topic's publishes at once, without
+/// asking Redis, so a dead node costs the other topics' cycles no time.
+#[derive(Debug, Clone)]
+pub struct TopicOutage {
+    /// What went wrong.
+    pub error: PublishError,
+    /// How long the topic's events wait before their next try.
+    pub retry_in: std::time::Duration,
 }
 
 /// An event that failed through its own fault, for the retry policy to decide on.

@@ -8,7 +8,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use super::messages::Fault;
+use super::messages::{Fault, TopicOutage};
 use crate::db::outbox::ClaimedRow;
 use crate::publish::{Outcome, StreamEvent};
 
@@ -109,6 +109,20 @@ pub struct Settled<'a> {
     pub unsettled: bool,
     /// Appended now: a redo of an overlapped cycle must count them as its own.
     pub appended: HashSet<Uuid>,
+    /// Topics whose publish failed as a whole (their Redis node unreachable): their rows wait,
+    /// no attempt counted, while the other topics' outcomes are settled.
+    pub postponed: Vec<Postponed<'a>>,
+}
+
+/// One topic's rows, left pending after an outage of its own.
+#[derive(Debug)]
+pub struct Postponed<'a> {
+    /// The topic.
+    pub topic: &'a str,
+    /// Its rows in the batch.
+    pub ctids: Vec<&'a str>,
+    /// What happened, and how long they wait.
+    pub outage: TopicOutage,
 }
 
 /// The dispatcher answered with a different number of outcomes than it was given events.
@@ -120,16 +134,33 @@ pub struct Mismatch {
     events: usize,
 }
 
+/// What one topic's dispatcher answered.
+pub type TopicResult = Result<Vec<(Uuid, Outcome)>, TopicOutage>;
+
 /// Matches each topic's outcomes to its rows. `appended_before` holds the events this cycle's
 /// own rolled-back attempt appended: found again, they count as published, not duplicates.
+/// A topic whose publish failed as a whole is postponed, all its rows.
 pub fn settle<'a>(
     rows: impl IntoIterator<Item = (&'a str, &'a [Row])>,
-    outcomes: Vec<Vec<(Uuid, Outcome)>>,
+    results: Vec<TopicResult>,
     appended_before: &HashSet<Uuid>,
     now: DateTime<Utc>,
 ) -> Result<Settled<'a>, Mismatch> {
     let mut settled = Settled::default();
-    for ((topic, rows), outcomes) in rows.into_iter().zip(outcomes) {
+    for ((topic, rows), result) in rows.into_iter().zip(results) {
+        let outcomes = match result {
+            Ok(outcomes) => outcomes,
+            Err(outage) => {
+                settled.unsettled = true;
+                settled.deferred += rows.len();
+                settled.postponed.push(Postponed {
+                    topic,
+                    ctids: rows.iter().map(|r| r.ctid.as_str()).collect(),
+                    outage,
+                });
+                continue;
+            }
+        };
         if outcomes.len() != rows.len() {
             return Err(Mismatch {
                 topic: topic.to_string(),
@@ -237,13 +268,13 @@ mod tests {
         let b = rows(&["b1"]);
         let ids: Vec<Uuid> = (0..5).map(|_| Uuid::new_v4()).collect();
         let outcomes = vec![
-            vec![
+            Ok(vec![
                 (ids[0], Outcome::Published),
                 (ids[1], Outcome::Duplicate),
                 (ids[2], Outcome::Failed("WRONGTYPE".into())),
                 (ids[3], Outcome::Skipped),
-            ],
-            vec![(ids[4], Outcome::Published)],
+            ]),
+            Ok(vec![(ids[4], Outcome::Published)]),
         ];
         let s = settle(
             [("a", a.as_slice()), ("b", b.as_slice())],
@@ -268,10 +299,10 @@ mod tests {
     fn a_redo_counts_its_own_appends_as_published() {
         let a = rows(&["a1", "a2"]);
         let mine = Uuid::new_v4();
-        let outcomes = vec![vec![
+        let outcomes = vec![Ok(vec![
             (mine, Outcome::Duplicate),
             (Uuid::new_v4(), Outcome::Duplicate),
-        ]];
+        ])];
         let s = settle(
             [("a", a.as_slice())],
             outcomes,
@@ -286,9 +317,42 @@ mod tests {
     }
 
     #[test]
+    fn a_topic_whose_node_is_down_waits_whole_while_the_others_settle() {
+        let a = rows(&["a1", "a2"]);
+        let b = rows(&["b1", "b2", "b3"]);
+        let outage = TopicOutage {
+            error: crate::publish::PublishError::Outage("Connection refused".into()),
+            retry_in: Duration::from_millis(400),
+        };
+        let published = Uuid::new_v4();
+        let s = settle(
+            [("a", a.as_slice()), ("b", b.as_slice())],
+            vec![
+                Ok(vec![
+                    (published, Outcome::Published),
+                    (Uuid::new_v4(), Outcome::Duplicate),
+                ]),
+                Err(outage),
+            ],
+            &HashSet::new(),
+            Utc::now(),
+        )
+        .expect("settles");
+        assert_eq!(s.done, ["a1", "a2"], "the healthy topic is settled");
+        assert!(s.faults.is_empty(), "an outage charges nobody");
+        assert_eq!((s.deferred, s.failed), (3, 0));
+        assert!(s.unsettled);
+        assert_eq!(s.postponed.len(), 1);
+        assert_eq!(s.postponed[0].topic, "b");
+        assert_eq!(s.postponed[0].ctids, ["b1", "b2", "b3"]);
+        assert_eq!(s.postponed[0].outage.retry_in, Duration::from_millis(400));
+        assert_eq!(s.appended, HashSet::from([published]));
+    }
+
+    #[test]
     fn a_short_answer_is_refused() {
         let a = rows(&["a1", "a2"]);
-        let outcomes = vec![vec![(Uuid::new_v4(), Outcome::Published)]];
+        let outcomes = vec![Ok(vec![(Uuid::new_v4(), Outcome::Published)])];
         let err = settle([("a", a.as_slice())], outcomes, &HashSet::new(), Utc::now())
             .expect_err("one outcome for two events");
         assert_eq!(err.to_string(), "1 outcomes for 2 events of a");

@@ -8,6 +8,7 @@
 //! | [`delivery`] | exactly once with intact fields, rollbacks, delete mode, no prepared statements, `available_at`, maxlen |
 //! | [`ordering`] | per-key order with three relays and two producers; a hot key moves in whole runs |
 //! | [`claim`] | concurrent claim transactions, claim slots, the head/run snapshot race, the byte budget |
+//! | [`cluster`] | Redis Cluster: three masters, exactly once and key order, a master killed, a slot migrated, the Streams page |
 //! | [`big_events`] | megabyte events drain in bounded memory |
 //! | [`dedup`] | the publish script's dedup windows and the retired sets' freeing |
 //! | [`wake`] | producers' NOTIFY quieted while a relay drains, and back after |
@@ -35,6 +36,7 @@ mod bench_smoke;
 mod big_events;
 mod claim;
 mod cli;
+mod cluster;
 mod crash;
 mod dedup;
 mod delivery;

@@ -3,6 +3,7 @@
 //! own redis-server ([`OwnRedis`]), and real relay processes ([`RelayProc`], [`TokenRelay`]),
 //! reached with the one HTTP client, [`Http`]; a PgBouncer in front of Postgres ([`PgBouncer`]).
 
+mod cluster;
 mod db;
 mod events;
 mod http;
@@ -13,6 +14,7 @@ mod tls;
 
 use std::net::TcpListener;
 
+pub use self::cluster::OwnCluster;
 pub use self::db::{OwnPostgres, TestDb};
 pub use self::events::{assert_exactly_once, assert_per_key_order, insert_events, produce_rounds};
 pub use self::http::{form, Http, Resp};

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use outbox_relay::publish::connect::{self, RedisConn};
 use redis::AsyncCommands;
 use uuid::Uuid;
 
@@ -13,25 +14,44 @@ use super::tls::Issued;
 
 const REDIS_URL: &str = "redis://127.0.0.1:6379";
 
-/// A Redis key prefix of its own; keys under it are deleted on drop.
+/// A Redis key prefix of its own; keys under it are deleted on drop (on a single server: a
+/// test cluster goes away as a whole).
 pub struct TestRedis {
     pub url: String,
     pub prefix: String,
+    /// `url` is a cluster's seed list (relays get `OUTBOX__REDIS__CLUSTER=true`).
+    pub cluster: bool,
 }
 
 impl TestRedis {
     pub fn shared() -> TestRedis {
-        TestRedis {
-            url: REDIS_URL.into(),
-            prefix: format!("t{}:", Uuid::new_v4().simple()),
-        }
+        TestRedis::on(REDIS_URL)
     }
 
     pub fn on(url: &str) -> TestRedis {
         TestRedis {
             url: url.into(),
             prefix: format!("t{}:", Uuid::new_v4().simple()),
+            cluster: false,
         }
+    }
+
+    /// A prefix on the cluster whose seed nodes `seeds` lists.
+    pub fn cluster(seeds: &str) -> TestRedis {
+        let mut redis = TestRedis::on(seeds);
+        redis.cluster = true;
+        redis
+    }
+
+    /// A connection for reading streams: to the server, or routed by key across the cluster.
+    pub async fn reader(&self) -> RedisConn {
+        // Big XRANGE replies take longer than the clients' default response timeouts.
+        let timeout = Duration::from_secs(60);
+        if self.cluster {
+            let seeds = connect::seeds(&self.url);
+            return RedisConn::Cluster(connect::cluster(&seeds, timeout, None).expect("seeds"));
+        }
+        RedisConn::Single(connect::manager(&self.url, timeout, None).expect("redis url"))
     }
 
     pub async fn conn(&self) -> redis::aio::MultiplexedConnection {
@@ -51,7 +71,7 @@ impl TestRedis {
 
     /// Every entry of a topic's stream, as field maps, in stream order.
     pub async fn entries(&self, topic: &str) -> Vec<HashMap<String, String>> {
-        let mut c = self.conn().await;
+        let mut c = self.reader().await;
         let reply: redis::streams::StreamRangeReply =
             c.xrange_all(self.stream(topic)).await.expect("xrange");
         reply
@@ -71,13 +91,16 @@ impl TestRedis {
     }
 
     pub async fn xlen(&self, topic: &str) -> usize {
-        let mut c = self.conn().await;
+        let mut c = self.reader().await;
         c.xlen(self.stream(topic)).await.unwrap_or(0)
     }
 }
 
 impl Drop for TestRedis {
     fn drop(&mut self) {
+        if self.cluster {
+            return;
+        }
         let url = self.url.clone();
         let pattern = format!("*{}*", self.prefix);
         let _ = std::thread::spawn(move || {

@@ -25,7 +25,10 @@ pub struct RelayProc {
 
 /// Settings every test relay gets, tuned for quick tests.
 pub fn base_env(db: &TestDb, redis: &TestRedis) -> Vec<(String, String)> {
-    vec![
+    let cluster = redis
+        .cluster
+        .then(|| ("OUTBOX__REDIS__CLUSTER".into(), "true".into()));
+    let mut env = vec![
         ("DATABASE_URL".into(), db.url.clone()),
         ("REDIS_URL".into(), redis.url.clone()),
         ("OUTBOX__REDIS__STREAM_PREFIX".into(), redis.prefix.clone()),
@@ -36,7 +39,9 @@ pub fn base_env(db: &TestDb, redis: &TestRedis) -> Vec<(String, String)> {
         ("OUTBOX__RETRY__BASE".into(), "100ms".into()),
         ("OUTBOX__RETRY__MAX".into(), "1s".into()),
         ("RUST_LOG".into(), "warn,outbox_relay=info".into()),
-    ]
+    ];
+    env.extend(cluster);
+    env
 }
 
 impl RelayProc {

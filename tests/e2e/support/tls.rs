@@ -31,6 +31,14 @@ impl TestCa {
             .expect("issue a server certificate")
     }
 
+    /// A Redis Cluster node's certificate: it names `localhost` and `127.0.0.1` (what the
+    /// nodes announce), and serves as a client certificate on the cluster bus too.
+    pub fn cluster_node(&self, name: &str) -> Issued {
+        self.ca
+            .cluster_node(name)
+            .expect("issue a cluster node certificate")
+    }
+
     /// A client certificate whose common name is `cn`.
     pub fn client(&self, name: &str, cn: &str) -> Issued {
         self.ca
