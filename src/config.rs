@@ -14,7 +14,10 @@ use figment::providers::{Env, Format, Serialized, Toml};
 use figment::Figment;
 use serde::{Deserialize, Serialize};
 
+pub mod groups;
 mod rules;
+
+pub use groups::GroupSpec;
 
 /// A bad setting: the program prints it as one line and exits with status 2.
 #[derive(Debug, thiserror::Error)]
@@ -54,6 +57,9 @@ pub struct Settings {
     /// This replica's name in heartbeats and logs; defaults to the host name.
     #[serde(deserialize_with = "lenient::opt_string")]
     pub instance_id: Option<String>,
+    /// Consumer groups the relay creates before it first publishes to their topic.
+    #[serde(deserialize_with = "groups::deserialize")]
+    pub groups: Vec<GroupSpec>,
 }
 
 /// Postgres settings.
@@ -91,6 +97,9 @@ pub struct RedisSettings {
     pub max_payload_bytes: usize,
     /// When set, each XADD trims its stream to about this many entries (`MAXLEN ~`).
     pub maxlen: Option<u64>,
+    /// Every `retention.interval`, trim each stream that has declared groups up to the oldest
+    /// entry one of them has not acknowledged.
+    pub trim_acked: bool,
     /// How long one publish round trip may take before Redis counts as unreachable.
     #[serde(with = "humantime_serde")]
     pub timeout: Duration,
@@ -210,6 +219,7 @@ impl Default for RedisSettings {
             dedup_window: Duration::from_secs(15 * 60),
             max_payload_bytes: 1024 * 1024,
             maxlen: None,
+            trim_acked: false,
             timeout: Duration::from_secs(5),
             ca_file: None,
             client_cert_file: None,
@@ -567,6 +577,20 @@ mod tests {
         let path = dir.path().join("c.toml");
         std::fs::write(&path, text).expect("write");
         Settings::load(Settings::default(), Some(&path), &Overrides::default())
+    }
+
+    #[test]
+    fn groups_come_as_toml_tables() {
+        let s = load_toml(
+            "[[groups]]\ntopic = \"orders\"\nname = \"billing\"\n\n[[groups]]\ntopic = \"orders\"\nname = \"audit\"\nstart = \"$\"\n",
+        )
+        .expect("two groups");
+        assert_eq!(s.groups.len(), 2);
+        assert_eq!(s.groups[0], GroupSpec::new("orders", "billing"));
+        assert_eq!(s.groups[1].start, "$");
+        let err = load_toml("[[groups]]\ntopic = \"orders\"\nname = \"a\"\nstart = \"1\"\n")
+            .expect_err("a bad start");
+        assert_eq!(err.setting, "groups");
     }
 
     #[test]

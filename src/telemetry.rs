@@ -24,10 +24,18 @@ const ACTORS: &[&str] = &[
     "heartbeat",
     "backlog",
     "readiness",
+    "groups",
 ];
 
 /// The jobs whose failures are counted (`outbox_job_failures_total{job}`).
-const JOBS: &[&str] = &["listener", "retention", "heartbeat", "backlog", "readiness"];
+const JOBS: &[&str] = &[
+    "listener",
+    "retention",
+    "heartbeat",
+    "backlog",
+    "readiness",
+    "groups",
+];
 
 /// How often recorded histogram samples are folded into their buckets.
 const UPKEEP_EVERY: Duration = Duration::from_secs(5);
@@ -124,6 +132,41 @@ pub fn topic_known(topic: &str) {
     counter!("outbox_events_published_total", "topic" => topic.to_string()).increment(0);
     counter!("outbox_topic_outages_total", "topic" => topic.to_string()).increment(0);
     gauge!("outbox_topic_down", "topic" => topic.to_string()).set(0.0);
+}
+
+/// A declared consumer group: its gauges exist from the first scrape.
+pub fn group_known(topic: &str, group: &str) {
+    let labels = [("topic", topic.to_string()), ("group", group.to_string())];
+    gauge!("outbox_group_lag", &labels).set(0.0);
+    gauge!("outbox_group_pending", &labels).set(0.0);
+    gauge!("outbox_group_oldest_pending_age_seconds", &labels).set(0.0);
+    counter!("outbox_stream_trimmed_total", "topic" => topic.to_string()).increment(0);
+}
+
+/// A consumer group as sampled from its stream: entries not yet delivered to it (when Redis
+/// knows), delivered and not acknowledged, and the age of the oldest of those.
+pub fn group_sampled(
+    topic: &str,
+    group: &str,
+    lag: Option<u64>,
+    pending: u64,
+    oldest_pending: Option<Duration>,
+) {
+    let labels = [("topic", topic.to_string()), ("group", group.to_string())];
+    if let Some(lag) = lag {
+        gauge!("outbox_group_lag", &labels).set(lag as f64);
+    }
+    gauge!("outbox_group_pending", &labels).set(pending as f64);
+    gauge!("outbox_group_oldest_pending_age_seconds", &labels)
+        .set(oldest_pending.map_or(0.0, |d| d.as_secs_f64()));
+}
+
+/// `redis.trim_acked` removed entries every declared group had acknowledged.
+pub fn stream_trimmed(topic: &str, removed: u64, minid: &str) {
+    counter!("outbox_stream_trimmed_total", "topic" => topic.to_string()).increment(removed);
+    if removed > 0 {
+        tracing::debug!(%topic, removed, %minid, "acknowledged entries trimmed");
+    }
 }
 
 /// What a committed claim cycle did, in plain values.

@@ -41,6 +41,7 @@ async fn postgres_ok(pool: &Pool) -> bool {
 
 impl Job for ReadinessCheck {
     const NAME: &'static str = "readiness";
+    type Error = DbError;
 
     fn interval(&self) -> Duration {
         EVERY

@@ -55,6 +55,10 @@ fn human(d: Duration) -> String {
 
 const RULES: &[Rule] = &[
     Rule {
+        settings: &["groups"],
+        check: |s| super::groups::check(&s.groups),
+    },
+    Rule {
         settings: &["database.url"],
         check: |s| s.database.url.as_deref().map_or(Ok(()), postgres_url),
     },

@@ -8,6 +8,7 @@
 
 pub mod classify;
 pub mod connect;
+pub mod groups;
 pub mod inspect;
 pub mod keys;
 pub mod script;

@@ -62,6 +62,7 @@ pub async fn run_once(cleaner: &Cleaner) -> Result<Option<usize>, DbError> {
 
 impl Job for Cleaner {
     const NAME: &'static str = "retention";
+    type Error = DbError;
 
     fn interval(&self) -> Duration {
         self.interval

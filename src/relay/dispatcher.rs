@@ -25,6 +25,7 @@ use uuid::Uuid;
 use super::backoff;
 use super::messages::{Publish, TopicOutage};
 use super::supervision::{catching, Panicked};
+use crate::config::GroupSpec;
 use crate::db::{pooler, topics, Pool};
 use crate::publish::{keys, Outcome, PublishError, Publisher};
 
@@ -35,6 +36,10 @@ pub struct Dispatcher {
     pool: Pool,
     /// The topic's outage, while its publishes fail as a whole.
     down: Option<Down>,
+    /// The topic's declared consumer groups.
+    groups: Arc<[GroupSpec]>,
+    /// They exist in Redis (made by this dispatcher or found there).
+    groups_made: bool,
 }
 
 /// A topic's publishes failing in a row.
@@ -119,6 +124,20 @@ impl Actor for Dispatcher {
                 }
             });
         });
+        if !self.groups.is_empty() {
+            let (publisher, topic, groups) = (
+                self.publisher.clone(),
+                self.topic.clone(),
+                self.groups.clone(),
+            );
+            let made = async move { publisher.ensure_groups(&topic, &groups).await };
+            ctx.spawn(made.into_actor(self).map(|result, act, _| match result {
+                Ok(()) => act.groups_made = true,
+                Err(e) => {
+                    tracing::debug!(topic = %act.topic, error = %e, "consumer groups wait for the first publish")
+                }
+            }));
+        }
     }
 }
 
@@ -138,11 +157,20 @@ impl Handler<Publish> for Dispatcher {
         }
         let publisher = self.publisher.clone();
         let topic = self.topic.clone();
-        let publish = async move { publisher.publish(&topic, &msg.chains, msg.maxlen).await };
+        let groups = (!self.groups_made).then(|| self.groups.clone());
+        let publish = async move {
+            if let Some(groups) = &groups {
+                publisher.ensure_groups(&topic, groups).await?;
+            }
+            publisher.publish(&topic, &msg.chains, msg.maxlen).await
+        };
         Box::pin(
             catching("dispatcher", publish)
                 .into_actor(self)
                 .map(|result, act, ctx| {
+                    if matches!(result, Ok(Ok(_))) {
+                        act.groups_made = true;
+                    }
                     let result = result.unwrap_or_else(|Panicked| {
                         // Restarted by its supervisor; the topic's events wait as after an
                         // outage.
@@ -163,17 +191,38 @@ impl Handler<Publish> for Dispatcher {
 pub struct Dispatchers {
     publisher: Publisher,
     pool: Pool,
+    groups: Arc<HashMap<String, Arc<[GroupSpec]>>>,
     by_topic: Arc<Mutex<HashMap<String, Addr<Dispatcher>>>>,
 }
 
 impl Dispatchers {
     /// An empty registry; dispatchers start when their topic first shows up, and record it in
-    /// the topic registry table (through `pool`).
-    pub fn new(publisher: Publisher, pool: Pool) -> Self {
+    /// the topic registry table (through `pool`). `groups` are the declared consumer groups.
+    pub fn new(publisher: Publisher, pool: Pool, groups: &[GroupSpec]) -> Self {
+        let mut by_topic: HashMap<String, Vec<GroupSpec>> = HashMap::new();
+        for group in groups {
+            by_topic
+                .entry(group.topic.clone())
+                .or_default()
+                .push(group.clone());
+        }
         Dispatchers {
             publisher,
             pool,
+            groups: Arc::new(
+                by_topic
+                    .into_iter()
+                    .map(|(topic, groups)| (topic, groups.into()))
+                    .collect(),
+            ),
             by_topic: Arc::new(Mutex::new(HashMap::new())),
+        }
+    }
+
+    /// Starts the dispatcher of every topic with declared groups, which creates them at once.
+    pub fn start_grouped(&self) {
+        for topic in self.groups.keys() {
+            self.get(topic);
         }
     }
 
@@ -198,6 +247,12 @@ impl Dispatchers {
             publisher: self.publisher.clone(),
             pool: self.pool.clone(),
             down: None,
+            groups: self
+                .groups
+                .get(topic)
+                .cloned()
+                .unwrap_or_else(|| Arc::new([])),
+            groups_made: false,
         };
         let addr = Supervisor::start(move |_| dispatcher);
         map.insert(topic.to_string(), addr.clone());

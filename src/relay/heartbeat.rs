@@ -49,6 +49,7 @@ impl Heartbeat {
 
 impl Job for Heartbeat {
     const NAME: &'static str = "heartbeat";
+    type Error = DbError;
 
     fn interval(&self) -> Duration {
         self.interval

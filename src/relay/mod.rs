@@ -18,6 +18,7 @@ pub mod cleaner;
 pub mod cycle;
 pub mod dispatcher;
 pub mod faults;
+pub mod groups;
 pub mod health;
 pub mod heartbeat;
 pub mod listener;
@@ -57,6 +58,9 @@ use stats::BacklogSampler;
 use supervision::Watched;
 use throughput::Throughput;
 
+/// How often the consumer groups' gauges are sampled.
+const GROUP_SAMPLES: Duration = Duration::from_secs(5);
+
 /// What the running relay hands back, to watch and stop it.
 pub struct RelayHandle {
     claimer: Addr<Claimer>,
@@ -76,7 +80,7 @@ pub fn start(
     let throughput = Arc::new(Throughput::new());
     let deps = CycleDeps {
         pool: pool.clone(),
-        dispatchers: Dispatchers::new(publisher, pool.clone()),
+        dispatchers: Dispatchers::new(publisher.clone(), pool.clone(), &settings.groups),
         retry: settings.retry.clone(),
         limits: crate::db::outbox::BatchLimits {
             rows: i64::from(settings.relay.batch_size),
@@ -87,6 +91,7 @@ pub fn start(
         overlap: overlap::Overlap::new(settings.relay.overlap_mark),
         slots: slots::SlotGate::new(settings.relay.cluster_claims as i32),
     };
+    deps.dispatchers.start_grouped();
     let config = ClaimerConfig {
         poll_interval: settings.relay.poll_interval,
         workers: settings.relay.workers as usize,
@@ -143,6 +148,19 @@ pub fn start(
         "heartbeat",
         &Supervisor::start(move |_| Periodic::new(beat)),
     );
+    if !settings.groups.is_empty() {
+        let trim_every = settings
+            .redis
+            .trim_acked
+            .then_some(settings.retention.interval);
+        let sample_every = trim_every.map_or(GROUP_SAMPLES, |t| t.min(GROUP_SAMPLES));
+        let keeper =
+            groups::GroupKeeper::new(publisher, &settings.groups, sample_every, trim_every);
+        watched.add(
+            "group keeper",
+            &Supervisor::start(move |_| Periodic::new(keeper)),
+        );
+    }
     let sampler = BacklogSampler {
         pool,
         interval: Duration::from_secs(5),

@@ -10,16 +10,16 @@ use std::time::Duration;
 use actix::{Actor, ActorContext, ActorFutureExt, AsyncContext, Context, Supervised, WrapFuture};
 use futures::future::BoxFuture;
 
-use crate::db::DbError;
-
 /// One maintenance duty.
 pub trait Job: Clone + Unpin + 'static {
     /// For logs and metrics.
     const NAME: &'static str;
+    /// Why a run failed.
+    type Error: std::fmt::Display + Send + 'static;
     /// Time between runs.
     fn interval(&self) -> Duration;
     /// One run.
-    fn run_once(&self) -> BoxFuture<'static, Result<(), DbError>>;
+    fn run_once(&self) -> BoxFuture<'static, Result<(), Self::Error>>;
 }
 
 /// Runs `J` every `J::interval()`.

@@ -26,6 +26,7 @@ pub struct BacklogSampler {
 
 impl Job for BacklogSampler {
     const NAME: &'static str = "backlog";
+    type Error = DbError;
 
     fn interval(&self) -> Duration {
         self.interval

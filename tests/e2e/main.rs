@@ -10,6 +10,7 @@
 //! | [`claim`] | concurrent claim transactions, claim slots, the head/run snapshot race, the byte budget |
 //! | [`cluster`] | Redis Cluster: three masters, exactly once and key order, a master killed, a slot migrated, the Streams page |
 //! | [`big_events`] | megabyte events drain in bounded memory |
+//! | [`groups`] | declared consumer groups made before the first publish, their metrics, `redis.trim_acked` |
 //! | [`dedup`] | the publish script's dedup windows and the retired sets' freeing |
 //! | [`wake`] | producers' NOTIFY quieted while a relay drains, and back after |
 //! | [`crash`] | SIGKILL of relays in a loop: nothing lost, nothing doubled |
@@ -41,6 +42,7 @@ mod crash;
 mod dedup;
 mod delivery;
 mod demo;
+mod groups;
 mod lease;
 mod ordering;
 mod outage;

@@ -1,0 +1,134 @@
+//! The group keeper: every few seconds it samples each declared consumer group (lag, pending,
+//! oldest pending) into the metrics, and with `redis.trim_acked`, every `retention.interval`,
+//! trims each stream with declared groups up to the oldest entry one of them has not
+//! acknowledged. Trimming is one atomic script per stream, so any replica may run it.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::future::BoxFuture;
+use futures::FutureExt;
+
+use super::periodic::Job;
+use crate::config::GroupSpec;
+use crate::publish::groups::Trim;
+use crate::publish::inspect::InspectError;
+use crate::publish::{PublishError, Publisher};
+
+/// Why a run of the keeper failed.
+#[derive(Debug, thiserror::Error)]
+pub enum GroupsError {
+    /// Sampling a stream failed.
+    #[error("sampling consumer groups: {0}")]
+    Inspect(#[from] InspectError),
+    /// Trimming a stream failed.
+    #[error("trimming acknowledged entries: {0}")]
+    Trim(#[from] PublishError),
+}
+
+/// The keeper's settings.
+#[derive(Clone)]
+pub struct GroupKeeper {
+    /// The shared publisher.
+    pub publisher: Publisher,
+    /// Declared groups by topic.
+    pub groups: Arc<BTreeMap<String, Vec<String>>>,
+    /// Time between samples.
+    pub interval: Duration,
+    /// `redis.trim_acked`: trim every `trim_every`.
+    pub trim_every: Option<Duration>,
+    /// When the last trim ran.
+    pub last_trim: Arc<Mutex<Option<Instant>>>,
+}
+
+impl GroupKeeper {
+    /// A keeper of `groups`; trims every `trim_every` when set.
+    pub fn new(
+        publisher: Publisher,
+        groups: &[GroupSpec],
+        interval: Duration,
+        trim_every: Option<Duration>,
+    ) -> Self {
+        let mut by_topic: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for g in groups {
+            crate::telemetry::group_known(&g.topic, &g.name);
+            by_topic
+                .entry(g.topic.clone())
+                .or_default()
+                .push(g.name.clone());
+        }
+        GroupKeeper {
+            publisher,
+            groups: Arc::new(by_topic),
+            interval,
+            trim_every,
+            last_trim: Arc::default(),
+        }
+    }
+
+    fn trim_due(&self) -> bool {
+        let Some(every) = self.trim_every else {
+            return false;
+        };
+        let mut last = match self.last_trim.lock() {
+            Ok(last) => last,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        if last.is_some_and(|at| at.elapsed() < every) {
+            return false;
+        }
+        *last = Some(Instant::now());
+        true
+    }
+}
+
+/// Samples every declared group, then trims when due.
+async fn run_once(keeper: GroupKeeper, trim: bool) -> Result<(), GroupsError> {
+    let topics: Vec<String> = keeper.groups.keys().cloned().collect();
+    for stream in keeper.publisher.inspect_streams(&topics).await? {
+        let Some(declared) = keeper.groups.get(&stream.topic) else {
+            continue;
+        };
+        for group in stream.groups.iter().filter(|g| declared.contains(&g.name)) {
+            crate::telemetry::group_sampled(
+                &stream.topic,
+                &group.name,
+                group.lag,
+                group.pending,
+                group.oldest_pending.as_ref().map(|(_, age)| *age),
+            );
+        }
+    }
+    if !trim {
+        return Ok(());
+    }
+    for (topic, names) in keeper.groups.iter() {
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        match keeper.publisher.trim_acked(topic, &names).await? {
+            Trim::Trimmed { removed, minid } => {
+                crate::telemetry::stream_trimmed(topic, removed, &minid)
+            }
+            Trim::GroupMissing(group) => tracing::warn!(
+                %topic,
+                %group,
+                "stream not trimmed while a declared group is missing from it (the relay creates declared groups when it starts)"
+            ),
+        }
+    }
+    Ok(())
+}
+
+impl Job for GroupKeeper {
+    const NAME: &'static str = "groups";
+    type Error = GroupsError;
+
+    fn interval(&self) -> Duration {
+        self.interval
+    }
+
+    fn run_once(&self) -> BoxFuture<'static, Result<(), GroupsError>> {
+        let trim = self.trim_due();
+        run_once(self.clone(), trim).boxed()
+    }
+}
