@@ -10,7 +10,7 @@ use diesel::sql_types::Text;
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
 use rand::Rng;
 
-use crate::config::Settings;
+use crate::config::{GroupSpec, Settings};
 use crate::producer::{enqueue_many, NewEvent};
 
 /// The demo's local database.
@@ -19,11 +19,19 @@ pub const DEMO_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/outbox_d
 pub const POISON_TOPIC: &str = "demo.poison";
 const TOPICS: &[&str] = &["order.created", "payment.captured", "patient.admitted"];
 
-/// The demo's bottom configuration layer: a local database, quick dead-lettering.
+/// The demo's consumer groups, on its first topic: the Streams page shows their lag.
+pub const GROUPS: &[&str] = &["billing", "shipping"];
+
+/// The demo's bottom configuration layer: a local database, quick dead-lettering, two
+/// consumer groups.
 pub fn default_settings() -> Settings {
     let mut s = Settings::default();
     s.database.url = Some(DEMO_DATABASE_URL.into());
     s.retry.max_attempts = 3;
+    s.groups = GROUPS
+        .iter()
+        .map(|name| GroupSpec::new(TOPICS[0], name))
+        .collect();
     s
 }
 
@@ -142,6 +150,12 @@ pub async fn run(settings: Settings, rate: u32) -> anyhow::Result<()> {
     println!(
         "  read     : redis-cli XRANGE {}order.created - + COUNT 5",
         settings.redis.stream_prefix
+    );
+    println!(
+        "  consume  : redis-cli XREADGROUP GROUP billing me COUNT 5 STREAMS {}{} '>'  (groups: {})",
+        settings.redis.stream_prefix,
+        TOPICS[0],
+        GROUPS.join(", ")
     );
     println!("  dead     : psql {url} -c 'SELECT id, topic, attempts, last_error FROM outbox WHERE dead_at IS NOT NULL'");
     println!("  stop     : Ctrl-C");

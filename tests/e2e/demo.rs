@@ -46,6 +46,14 @@ async fn demo_creates_its_database_and_shows_the_whole_pipeline() {
             > 0
     );
     assert!(redis.xlen("order.created").await > 0);
+    let mut c = redis.conn().await;
+    let groups: redis::streams::StreamInfoGroupsReply =
+        redis::AsyncCommands::xinfo_groups(&mut c, redis.stream("order.created"))
+            .await
+            .expect("xinfo groups");
+    let mut names: Vec<String> = groups.groups.into_iter().map(|g| g.name).collect();
+    names.sort();
+    assert_eq!(names, ["billing", "shipping"], "the demo's consumer groups");
 
     let _ = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
