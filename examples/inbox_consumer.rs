@@ -11,6 +11,7 @@
 //! A payload with `"poison": true` makes the handler fail; after `--max-deliveries` it goes
 //! to `<stream_prefix><topic>:dead`. SIGTERM or SIGINT stops it after the entries in hand.
 
+use std::io::IsTerminal;
 use std::time::Duration;
 
 use clap::Parser;
@@ -86,6 +87,7 @@ async fn main() {
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
     let args = Args::parse();
     if let Err(e) = run(args).await {
@@ -116,7 +118,13 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         .await?;
     {
         let mut conn = pool.get().await?;
-        conn.batch_execute(EFFECTS_TABLE).await?;
+        // Copies starting together would race on CREATE TABLE: the inbox's DDL lock
+        // serializes them.
+        conn.batch_execute(&format!(
+            "BEGIN; SELECT pg_advisory_xact_lock({}); {EFFECTS_TABLE}; COMMIT",
+            inbox::DDL_LOCK
+        ))
+        .await?;
         inbox::ensure_table(&mut conn).await?;
     }
 

@@ -44,7 +44,8 @@ pub enum ConsumerError {
 pub struct RunStats {
     /// Entries handled successfully and acknowledged.
     pub handled: u64,
-    /// Failed deliveries (handler errors), retried or dead-lettered.
+    /// Handler failures that left the entry for a later delivery (a failure that sends it
+    /// to the dead stream counts in `dead_lettered` instead).
     pub failed: u64,
     /// Entries moved to the dead stream.
     pub dead_lettered: u64,
@@ -84,7 +85,7 @@ impl Consumer {
         Fut: Future<Output = Result<(), E>>,
         E: Display,
     {
-        self.run_with(&Each(handler), shutdown).await
+        self.run_with(&Each::new(handler), shutdown).await
     }
 
     /// Runs until `shutdown` completes, calling `handler` with each batch's entries (in
@@ -105,7 +106,7 @@ impl Consumer {
         self.run_with(&Batch(handler), shutdown).await
     }
 
-    async fn run_with<P: Process>(
+    pub(crate) async fn run_with<P: Process>(
         &self,
         process: &P,
         shutdown: impl Future<Output = ()>,
@@ -277,6 +278,7 @@ impl Consumer {
         let outcomes = process.process(ctx, lanes).await;
         let mut done = Vec::new();
         let mut redis_error = None;
+        let mut outage_error = None;
         for outcome in outcomes {
             match outcome.fate {
                 Fate::Done => done.push(outcome.stream_id),
@@ -293,6 +295,14 @@ impl Consumer {
                         self.config.retry_max,
                         retry::jitter(),
                     );
+                    state
+                        .retry_at
+                        .insert(outcome.stream_id, Instant::now() + delay);
+                }
+                Fate::Outage(error) => {
+                    state.maybe_pending = true;
+                    outage_error = Some(error);
+                    let delay = retry::outage_delay(1).max(Duration::from_secs(1));
                     state
                         .retry_at
                         .insert(outcome.stream_id, Instant::now() + delay);
@@ -323,6 +333,17 @@ impl Consumer {
             return Err(e);
         }
         state.stats.handled += done.len() as u64;
+        if let Some(error) = outage_error {
+            if let Some(suppressed) = state.handler_outages.admit(Instant::now()) {
+                tracing::warn!(
+                    error,
+                    suppressed,
+                    "handler failed on an outage; retrying without counting deliveries"
+                );
+            }
+        } else {
+            state.handler_outages.reset();
+        }
         match redis_error {
             Some(e) => Err(e),
             None => Ok(()),
@@ -356,6 +377,7 @@ struct LoopState {
     next_claim: Instant,
     outage_failures: u32,
     errors: ErrorLog,
+    handler_outages: ErrorLog,
     stats: RunStats,
 }
 
@@ -371,6 +393,7 @@ impl LoopState {
             next_claim: Instant::now(),
             outage_failures: 0,
             errors: ErrorLog::new(Duration::from_secs(30)),
+            handler_outages: ErrorLog::new(Duration::from_secs(30)),
             stats: RunStats::default(),
         }
     }
@@ -465,6 +488,8 @@ pub(crate) enum Fate {
     DeadLettered,
     /// The handler failed this delivery; retry later.
     Failed { delivery: u64 },
+    /// The handler met an outage (not the entry's fault): retry later, uncounted.
+    Outage(String),
     /// Not handled: an earlier entry of its key did not succeed. `fresh`: read with `>`.
     HeldBack { fresh: bool },
     /// No longer this consumer's, or Redis failed before it could be handled.
@@ -519,7 +544,7 @@ async fn after_failure(
     error: &str,
 ) -> Fate {
     tracing::warn!(
-        stream_id = %d.raw.stream_id, event_id = ?d.event_id(), delivery = d.delivery,
+        stream_id = %d.raw.stream_id, event_id = %d.event_id().map(|id| id.to_string()).unwrap_or_default(), delivery = d.delivery,
         max_deliveries = ctx.config.max_deliveries, error, "handler failed"
     );
     if d.delivery >= ctx.config.max_deliveries {
@@ -543,9 +568,10 @@ async fn dead_letter(
     deliveries: u64,
 ) -> Fate {
     match stream::dead_letter(conn, ctx.config, ctx.key, &d.raw, error, deliveries).await {
-        Ok(()) => {
+        Ok(false) => Fate::Lost(None),
+        Ok(true) => {
             tracing::warn!(
-                stream_id = %d.raw.stream_id, event_id = ?d.event_id(), deliveries, error,
+                stream_id = %d.raw.stream_id, event_id = %d.event_id().map(|id| id.to_string()).unwrap_or_default(), deliveries, error,
                 dead_stream = %ctx.config.dead_key(), "entry dead-lettered"
             );
             Fate::DeadLettered
@@ -555,14 +581,31 @@ async fn dead_letter(
 }
 
 /// One handler call per entry, lanes concurrently.
-struct Each<H>(H);
+pub(crate) struct Each<H, E> {
+    handler: H,
+    /// Whether a handler error is an outage (its database away), not the entry's fault:
+    /// such a failure is not counted as a delivery.
+    outage: fn(&E) -> bool,
+}
 
-impl<H, Fut, E> Each<H>
+impl<H, Fut, E> Each<H, E>
 where
     H: Fn(Entry) -> Fut,
     Fut: Future<Output = Result<(), E>>,
     E: Display,
 {
+    fn new(handler: H) -> Self {
+        Each {
+            handler,
+            outage: |_| false,
+        }
+    }
+
+    /// A handler whose errors `outage` says are outages are retried without counting.
+    pub(crate) fn with_outages(handler: H, outage: fn(&E) -> bool) -> Self {
+        Each { handler, outage }
+    }
+
     async fn lane(&self, ctx: &Ctx<'_>, lane: Vec<Delivery>) -> Vec<Outcome> {
         let mut conn = ctx.conn.clone();
         let mut out = Vec::with_capacity(lane.len());
@@ -592,14 +635,25 @@ where
         let Ok(entry) = &d.parsed else {
             return Fate::Lost(None);
         };
-        match (self.0)(entry.clone()).await {
+        match (self.handler)(entry.clone()).await {
             Ok(()) => Fate::Done,
+            Err(e) if (self.outage)(&e) => {
+                tracing::debug!(stream_id = %d.raw.stream_id, error = %e, "handler hit an outage: not counted as a delivery");
+                // Give the delivery back: the next one gets this number again.
+                let back = d.delivery - 1;
+                match stream::take_for_delivery(conn, ctx.config, ctx.key, &d.raw.stream_id, back)
+                    .await
+                {
+                    Ok(_) => Fate::Outage(e.to_string()),
+                    Err(redis) => Fate::Lost(Some(redis)),
+                }
+            }
             Err(e) => after_failure(ctx, conn, d, &e.to_string()).await,
         }
     }
 }
 
-impl<H, Fut, E> Process for Each<H>
+impl<H, Fut, E> Process for Each<H, E>
 where
     H: Fn(Entry) -> Fut,
     Fut: Future<Output = Result<(), E>>,

@@ -22,7 +22,7 @@ use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl, SimpleAsyncC
 use futures::future::BoxFuture;
 
 use crate::config::ConsumerConfig;
-use crate::consumer::{Consumer, RunStats};
+use crate::consumer::{Consumer, Each, RunStats};
 use crate::entry::Entry;
 use crate::retry::ErrorLog;
 
@@ -67,9 +67,20 @@ pub enum Applied {
 
 /// Creates `outbox_inbox` and its index if missing (the consumer's database need not be the
 /// outbox's, where `outbox-relay migrate` creates it).
+/// Consumers starting together on a fresh database are serialized by an advisory lock:
+/// concurrent `CREATE TABLE IF NOT EXISTS` can fail on Postgres' catalog unique index.
 pub async fn ensure_table(conn: &mut AsyncPgConnection) -> Result<(), diesel::result::Error> {
-    conn.batch_execute(TABLE_SQL).await
+    conn.transaction(async |c| {
+        c.batch_execute(&format!(
+            "SELECT pg_advisory_xact_lock({DDL_LOCK}); {TABLE_SQL}"
+        ))
+        .await
+    })
+    .await
 }
+
+/// Advisory lock key held while creating the table ("inbox-dd" in ASCII).
+pub const DDL_LOCK: i64 = 0x696e_626f_782d_6464;
 
 /// In one transaction on `conn`: records `entry` for `group` in the inbox and, unless it was
 /// there already, runs `effect` on the same connection. The effect's error rolls back both.
@@ -209,9 +220,13 @@ impl Consumer {
             }
             Ok::<(), InboxError<E>>(())
         };
+        // No connection, or the inbox statement failed: the database's fault, not the entry's.
+        let each = Each::with_outages(handler, |e: &InboxError<E>| {
+            matches!(e, InboxError::Pool(_) | InboxError::Db(_))
+        });
         tokio::select! {
             biased;
-            stats = self.run(handler, shutdown) => stats,
+            stats = self.run_with(&each, shutdown) => stats,
             never = retention_loop(pool, self.config()) => match never {},
         }
     }

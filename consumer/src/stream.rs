@@ -222,8 +222,10 @@ pub(crate) async fn ack(
     Ok(())
 }
 
-/// Moves an entry to the dead stream: `XADD <dead> * <original fields> error group
-/// deliveries` and its `XACK`, in one MULTI/EXEC, so it is dead-lettered once or not at all.
+/// Moves an entry to the dead stream if it is still this consumer's: `XADD <dead> *
+/// <original fields> error group deliveries` and its `XACK`, in one script, so that two
+/// consumers that both hold it (one claimed it from the other) write one dead letter, not
+/// two. `Ok(false)`: the entry is no longer this consumer's; nothing was written.
 pub(crate) async fn dead_letter(
     conn: &mut ConnectionManager,
     config: &ConsumerConfig,
@@ -231,31 +233,37 @@ pub(crate) async fn dead_letter(
     raw: &RawEntry,
     error: &str,
     deliveries: u64,
-) -> RedisResult<()> {
-    let mut add = redis::cmd("XADD");
-    add.arg(config.dead_key()).arg("*");
+) -> RedisResult<bool> {
+    let script = redis::Script::new(DEAD_LETTER);
+    let mut call = script.key(key);
+    call.key(config.dead_key())
+        .arg(&config.group)
+        .arg(&config.consumer)
+        .arg(&raw.stream_id);
     for (field, value) in &raw.fields {
         if matches!(field.as_str(), "error" | "group" | "deliveries") {
             continue;
         }
-        add.arg(field).arg(value_bytes(value));
+        call.arg(field).arg(value_bytes(value));
     }
-    add.arg("error")
+    call.arg("error")
         .arg(error)
         .arg("group")
         .arg(&config.group)
         .arg("deliveries")
         .arg(deliveries);
-    let mut pipe = redis::pipe();
-    pipe.atomic()
-        .add_command(add)
-        .cmd("XACK")
-        .arg(key)
-        .arg(&config.group)
-        .arg(&raw.stream_id);
-    pipe.query_async::<Value>(conn).await?;
-    Ok(())
+    let written: i64 = call.invoke_async(conn).await?;
+    Ok(written == 1)
 }
+
+/// KEYS: stream, dead stream. ARGV: group, consumer, stream id, then the dead entry's fields.
+const DEAD_LETTER: &str = r"
+local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[3], ARGV[3], 1)
+if #p == 0 or p[1][2] ~= ARGV[2] then return 0 end
+redis.call('XADD', KEYS[2], '*', unpack(ARGV, 4))
+redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
+return 1
+";
 
 /// A field value as Redis sent it, for copying into the dead stream.
 fn value_bytes(value: &Value) -> Vec<u8> {
