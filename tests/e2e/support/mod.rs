@@ -1,9 +1,11 @@
 //! Helpers shared by the end-to-end tests, by concern: each test gets its own database
 //! ([`TestDb`], dropped after), its own Redis key prefix ([`TestRedis`], deleted after) or its
 //! own redis-server ([`OwnRedis`]), and real relay processes ([`RelayProc`], [`TokenRelay`]),
-//! reached with the one HTTP client, [`Http`]; a PgBouncer in front of Postgres ([`PgBouncer`]).
+//! reached with the one HTTP client, [`Http`]; a PgBouncer in front of Postgres ([`PgBouncer`]);
+//! `examples/inbox_consumer` processes ([`ExampleConsumer`]).
 
 mod cluster;
+mod consumers;
 mod db;
 mod events;
 mod http;
@@ -15,6 +17,7 @@ mod tls;
 use std::net::TcpListener;
 
 pub use self::cluster::OwnCluster;
+pub use self::consumers::{example_bin, group_pending, xadd_event, ExampleConsumer};
 pub use self::db::{OwnPostgres, TestDb};
 pub use self::events::{assert_exactly_once, assert_per_key_order, insert_events, produce_rounds};
 pub use self::http::{form, Http, Resp};

@@ -1,0 +1,404 @@
+//! Every Redis command the consumer sends, one function each, named for what it does to the
+//! group: create it, read new entries, list and fetch this consumer's pending ones, take one
+//! for another delivery, acknowledge, dead-letter, claim from dead consumers.
+//!
+//! Replies are parsed by hand where the crate's types would lose the field order (a dead
+//! letter keeps the original fields in their order) or choke on a deleted entry's nil.
+
+use std::path::Path;
+use std::time::Duration;
+
+use redis::aio::ConnectionManager;
+use redis::{RedisResult, Value};
+
+use crate::config::ConsumerConfig;
+
+/// One entry as Redis returned it: its stream id and its fields in order.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct RawEntry {
+    pub(crate) stream_id: String,
+    pub(crate) fields: Vec<(String, Value)>,
+}
+
+impl RawEntry {
+    /// The `key` field as text, if present: the lane of an entry that failed to parse.
+    pub(crate) fn key_field(&self) -> Option<String> {
+        self.fields
+            .iter()
+            .find(|(k, _)| k == "key")
+            .and_then(|(_, v)| crate::entry::value_text(v))
+    }
+}
+
+/// Why the Redis connection could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    /// The URL or TLS settings were refused by the client.
+    #[error("redis client: {0}")]
+    Client(#[from] redis::RedisError),
+    /// A TLS file could not be read.
+    #[error("cannot read {path}: {error}")]
+    File {
+        /// The file.
+        path: String,
+        /// The I/O error.
+        error: String,
+    },
+}
+
+/// A lazy connection manager for the config's URL (TLS files applied): it connects at the
+/// first command and reconnects after a failure, so an outage never needs a new consumer.
+pub(crate) fn connect(config: &ConsumerConfig) -> Result<ConnectionManager, ConnectError> {
+    let client = if config.redis_url.starts_with("rediss://") {
+        // rustls needs a process-wide crypto provider; the application may have set one.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let client_tls = match (&config.tls_client_cert_file, &config.tls_client_key_file) {
+            (Some(cert), Some(key)) => Some(redis::ClientTlsConfig {
+                client_cert: read(cert)?,
+                client_key: read(key)?,
+            }),
+            _ => None,
+        };
+        let root_cert = config.tls_ca_file.as_deref().map(read).transpose()?;
+        redis::Client::build_with_tls(
+            config.redis_url.as_str(),
+            redis::TlsCertificates {
+                client_tls,
+                root_cert,
+            },
+        )?
+    } else {
+        redis::Client::open(config.redis_url.as_str())?
+    };
+    let manager = redis::aio::ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(Duration::from_secs(2)))
+        // A blocking read holds its reply for up to `block`.
+        .set_response_timeout(Some(config.block + Duration::from_secs(10)))
+        .set_number_of_retries(1)
+        .set_max_delay(Duration::from_millis(500));
+    Ok(ConnectionManager::new_lazy_with_config(client, manager)?)
+}
+
+fn read(path: &Path) -> Result<Vec<u8>, ConnectError> {
+    std::fs::read(path).map_err(|e| ConnectError::File {
+        path: path.display().to_string(),
+        error: e.to_string(),
+    })
+}
+
+/// `XGROUP CREATE key group 0 MKSTREAM`; a group that exists already is left as it is.
+pub(crate) async fn ensure_group(
+    conn: &mut ConnectionManager,
+    key: &str,
+    group: &str,
+) -> RedisResult<()> {
+    let created: RedisResult<Value> = redis::cmd("XGROUP")
+        .arg("CREATE")
+        .arg(key)
+        .arg(group)
+        .arg("0")
+        .arg("MKSTREAM")
+        .query_async(conn)
+        .await;
+    match created {
+        Ok(_) => Ok(()),
+        Err(e) if e.code() == Some("BUSYGROUP") => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Whether the error says the group (or its stream) is gone, so it must be created again.
+pub(crate) fn is_nogroup(e: &redis::RedisError) -> bool {
+    e.code() == Some("NOGROUP")
+}
+
+/// `XREADGROUP ... COUNT n BLOCK ms STREAMS key >`: up to `count` entries never delivered to
+/// the group, now in this consumer's pending list.
+pub(crate) async fn read_new(
+    conn: &mut ConnectionManager,
+    config: &ConsumerConfig,
+    key: &str,
+) -> RedisResult<Vec<RawEntry>> {
+    let reply: Value = redis::cmd("XREADGROUP")
+        .arg("GROUP")
+        .arg(&config.group)
+        .arg(&config.consumer)
+        .arg("COUNT")
+        .arg(config.batch_size)
+        .arg("BLOCK")
+        .arg(config.block.as_millis().max(1) as u64)
+        .arg("STREAMS")
+        .arg(key)
+        .arg(">")
+        .query_async(conn)
+        .await?;
+    Ok(parse_read_reply(reply))
+}
+
+/// This consumer's pending entries, oldest first, with how many times each was delivered:
+/// `XPENDING key group - + count consumer`.
+pub(crate) async fn pending_mine(
+    conn: &mut ConnectionManager,
+    config: &ConsumerConfig,
+    key: &str,
+) -> RedisResult<Vec<(String, u64)>> {
+    let reply: redis::streams::StreamPendingCountReply = redis::cmd("XPENDING")
+        .arg(key)
+        .arg(&config.group)
+        .arg("-")
+        .arg("+")
+        .arg(config.batch_size)
+        .arg(&config.consumer)
+        .query_async(conn)
+        .await?;
+    Ok(reply
+        .ids
+        .into_iter()
+        .map(|p| (p.id, p.times_delivered as u64))
+        .collect())
+}
+
+/// The entries with these ids (pipelined `XRANGE key id id`), without touching the group's
+/// state; `None` for an id no longer in the stream (trimmed or deleted).
+pub(crate) async fn fetch(
+    conn: &mut ConnectionManager,
+    key: &str,
+    ids: &[String],
+) -> RedisResult<Vec<Option<RawEntry>>> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut pipe = redis::pipe();
+    for id in ids {
+        pipe.cmd("XRANGE").arg(key).arg(id).arg(id);
+    }
+    let replies: Vec<Value> = pipe.query_async(conn).await?;
+    Ok(replies
+        .into_iter()
+        .map(|r| parse_entries(r).into_iter().next())
+        .collect())
+}
+
+/// Takes entry `id` for its delivery number `deliveries`, if it is still this consumer's:
+/// `XCLAIM key group consumer 0 id RETRYCOUNT n JUSTID` sets the group's delivery counter
+/// to `n` and restarts its idle time. False when the entry is gone from the pending list.
+pub(crate) async fn take_for_delivery(
+    conn: &mut ConnectionManager,
+    config: &ConsumerConfig,
+    key: &str,
+    id: &str,
+    deliveries: u64,
+) -> RedisResult<bool> {
+    let ids: Vec<String> = redis::cmd("XCLAIM")
+        .arg(key)
+        .arg(&config.group)
+        .arg(&config.consumer)
+        .arg(0)
+        .arg(id)
+        .arg("RETRYCOUNT")
+        .arg(deliveries)
+        .arg("JUSTID")
+        .query_async(conn)
+        .await?;
+    Ok(!ids.is_empty())
+}
+
+/// `XACK key group id...`, in one call.
+pub(crate) async fn ack(
+    conn: &mut ConnectionManager,
+    config: &ConsumerConfig,
+    key: &str,
+    ids: &[String],
+) -> RedisResult<()> {
+    if ids.is_empty() {
+        return Ok(());
+    }
+    redis::cmd("XACK")
+        .arg(key)
+        .arg(&config.group)
+        .arg(ids)
+        .query_async::<Value>(conn)
+        .await?;
+    Ok(())
+}
+
+/// Moves an entry to the dead stream if it is still this consumer's: `XADD <dead> *
+/// <original fields> error group deliveries` and its `XACK`, in one script, so that two
+/// consumers that both hold it (one claimed it from the other) write one dead letter, not
+/// two. `Ok(false)`: the entry is no longer this consumer's; nothing was written.
+pub(crate) async fn dead_letter(
+    conn: &mut ConnectionManager,
+    config: &ConsumerConfig,
+    key: &str,
+    raw: &RawEntry,
+    error: &str,
+    deliveries: u64,
+) -> RedisResult<bool> {
+    let script = redis::Script::new(DEAD_LETTER);
+    let mut call = script.key(key);
+    call.key(config.dead_key())
+        .arg(&config.group)
+        .arg(&config.consumer)
+        .arg(&raw.stream_id);
+    for (field, value) in &raw.fields {
+        if matches!(field.as_str(), "error" | "group" | "deliveries") {
+            continue;
+        }
+        call.arg(field).arg(value_bytes(value));
+    }
+    call.arg("error")
+        .arg(error)
+        .arg("group")
+        .arg(&config.group)
+        .arg("deliveries")
+        .arg(deliveries);
+    let written: i64 = call.invoke_async(conn).await?;
+    Ok(written == 1)
+}
+
+/// KEYS: stream, dead stream. ARGV: group, consumer, stream id, then the dead entry's fields.
+const DEAD_LETTER: &str = r"
+local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[3], ARGV[3], 1)
+if #p == 0 or p[1][2] ~= ARGV[2] then return 0 end
+redis.call('XADD', KEYS[2], '*', unpack(ARGV, 4))
+redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
+return 1
+";
+
+/// A field value as Redis sent it, for copying into the dead stream.
+fn value_bytes(value: &Value) -> Vec<u8> {
+    match value {
+        Value::BulkString(bytes) => bytes.clone(),
+        Value::SimpleString(s) => s.clone().into_bytes(),
+        Value::VerbatimString { text, .. } => text.clone().into_bytes(),
+        Value::Int(n) => n.to_string().into_bytes(),
+        other => format!("{other:?}").into_bytes(),
+    }
+}
+
+/// Claims, to this consumer, entries of the group idle longer than `claim_idle` (their
+/// consumer is taken for dead): `XAUTOCLAIM ... JUSTID` over the whole pending list, in
+/// batches, without counting a delivery (the next delivery counts it). Returns how many.
+pub(crate) async fn claim_abandoned(
+    conn: &mut ConnectionManager,
+    config: &ConsumerConfig,
+    key: &str,
+) -> RedisResult<usize> {
+    let mut cursor = "0-0".to_string();
+    let mut claimed = 0;
+    // A bounded number of rounds: this consumer handles what it took before taking more.
+    for _ in 0..10 {
+        let reply: Value = redis::cmd("XAUTOCLAIM")
+            .arg(key)
+            .arg(&config.group)
+            .arg(&config.consumer)
+            .arg(config.claim_idle.as_millis() as u64)
+            .arg(&cursor)
+            .arg("COUNT")
+            .arg(config.batch_size)
+            .arg("JUSTID")
+            .query_async(conn)
+            .await?;
+        let Value::Array(mut parts) = reply else {
+            break;
+        };
+        if parts.len() < 2 {
+            break;
+        }
+        let ids = parts.swap_remove(1);
+        if let Value::Array(ids) = ids {
+            claimed += ids.len();
+        }
+        cursor = match crate::entry::value_text(&parts[0]) {
+            Some(next) => next,
+            None => break,
+        };
+        if cursor == "0-0" || claimed >= config.batch_size {
+            break;
+        }
+    }
+    Ok(claimed)
+}
+
+/// The entries of an XREADGROUP reply (RESP2 arrays or a RESP3 map), for one stream.
+pub(crate) fn parse_read_reply(reply: Value) -> Vec<RawEntry> {
+    let streams: Vec<Value> = match reply {
+        Value::Array(streams) => streams
+            .into_iter()
+            .filter_map(|s| match s {
+                Value::Array(mut pair) if pair.len() == 2 => Some(pair.swap_remove(1)),
+                _ => None,
+            })
+            .collect(),
+        Value::Map(pairs) => pairs.into_iter().map(|(_, v)| v).collect(),
+        _ => Vec::new(),
+    };
+    streams.into_iter().flat_map(parse_entries).collect()
+}
+
+/// The entries of an XRANGE-style array `[[id, [field, value, ...]], ...]`; an entry whose
+/// fields are nil (deleted while pending) is left out.
+pub(crate) fn parse_entries(list: Value) -> Vec<RawEntry> {
+    let Value::Array(items) = list else {
+        return Vec::new();
+    };
+    items
+        .into_iter()
+        .filter_map(|item| {
+            let Value::Array(mut pair) = item else {
+                return None;
+            };
+            if pair.len() != 2 {
+                return None;
+            }
+            let fields = pair.pop()?;
+            let stream_id = crate::entry::value_text(&pair[0])?;
+            let fields = match fields {
+                Value::Array(flat) => {
+                    let mut out = Vec::with_capacity(flat.len() / 2);
+                    let mut it = flat.into_iter();
+                    while let (Some(k), Some(v)) = (it.next(), it.next()) {
+                        out.push((crate::entry::value_text(&k)?, v));
+                    }
+                    out
+                }
+                Value::Map(pairs) => pairs
+                    .into_iter()
+                    .filter_map(|(k, v)| Some((crate::entry::value_text(&k)?, v)))
+                    .collect(),
+                _ => return None,
+            };
+            Some(RawEntry { stream_id, fields })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bulk(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn read_replies_keep_field_order_and_skip_deleted_entries() {
+        let reply = Value::Array(vec![Value::Array(vec![
+            bulk("outbox:t"),
+            Value::Array(vec![
+                Value::Array(vec![
+                    bulk("1-0"),
+                    Value::Array(vec![bulk("id"), bulk("x"), bulk("key"), bulk("k1")]),
+                ]),
+                Value::Array(vec![bulk("2-0"), Value::Nil]),
+            ]),
+        ])]);
+        let entries = parse_read_reply(reply);
+        assert_eq!(entries.len(), 1);
+        assert_eq!(entries[0].stream_id, "1-0");
+        let names: Vec<&str> = entries[0].fields.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(names, vec!["id", "key"]);
+        assert_eq!(entries[0].key_field().as_deref(), Some("k1"));
+        assert!(parse_read_reply(Value::Nil).is_empty());
+    }
+}

@@ -1,0 +1,180 @@
+//! An inbox consumer (CONTRACT section 8): reads a topic as a member of a consumer group and,
+//! for each entry, inserts one row into `example_effects` in the same transaction as the
+//! inbox record of the event, then acknowledges it. A redelivered entry is skipped, so every
+//! event has exactly one row, whatever crashes happen.
+//!
+//! ```sh
+//! DATABASE_URL=postgres://postgres@127.0.0.1/app REDIS_URL=redis://127.0.0.1:6379 \
+//!   cargo run --release --example inbox_consumer -- --topic order.created --group billing
+//! ```
+//!
+//! A payload with `"poison": true` makes the handler fail; after `--max-deliveries` it goes
+//! to `<stream_prefix><topic>:dead`. SIGTERM or SIGINT stops it after the entries in hand.
+
+use std::io::IsTerminal;
+use std::time::Duration;
+
+use clap::Parser;
+use diesel::sql_types::{Text, Uuid};
+use diesel_async::pooled_connection::AsyncDieselConnectionManager;
+use diesel_async::{AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
+use outbox_consumer::{inbox, Consumer, ConsumerConfig, Entry};
+
+#[derive(Parser)]
+#[command(about = "Consume an outbox topic into example_effects, exactly once, with the inbox")]
+struct Args {
+    /// The topic to consume.
+    #[arg(long)]
+    topic: String,
+    /// The consumer group.
+    #[arg(long)]
+    group: String,
+    /// This consumer's name in the group (default: hostname-pid).
+    #[arg(long)]
+    consumer: Option<String>,
+    /// Entries idle this long in another consumer's hands are claimed by this one.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    claim_idle: Duration,
+    /// Deliveries after which a failing entry goes to the dead stream.
+    #[arg(long, default_value_t = 5)]
+    max_deliveries: u64,
+    /// The relay's stream prefix.
+    #[arg(long, env = "OUTBOX__REDIS__STREAM_PREFIX", default_value = "outbox:")]
+    stream_prefix: String,
+    /// The consumer's database (example_effects and outbox_inbox live there).
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+    database_url: String,
+    /// The relay's Redis.
+    #[arg(
+        long,
+        env = "REDIS_URL",
+        default_value = "redis://127.0.0.1:6379",
+        hide_env_values = true
+    )]
+    redis_url: String,
+    /// Entries per read.
+    #[arg(long, default_value_t = 100)]
+    batch_size: usize,
+    /// Partition keys handled at once.
+    #[arg(long, default_value_t = 16)]
+    concurrency: usize,
+    /// First retry delay of a failed entry (doubling, capped at 10 s or claim idle / 2).
+    #[arg(long, default_value = "200ms", value_parser = humantime::parse_duration)]
+    retry_base: Duration,
+    /// Testing aid: each effect waits this long inside its transaction.
+    #[arg(long, hide = true, value_parser = humantime::parse_duration)]
+    effect_delay: Option<Duration>,
+}
+
+const EFFECTS_TABLE: &str = "CREATE TABLE IF NOT EXISTS example_effects (
+    event_id uuid NOT NULL,
+    topic text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+)";
+
+#[derive(Debug, thiserror::Error)]
+enum EffectError {
+    #[error("poison event: its payload says \"poison\": true")]
+    Poison,
+    #[error("example_effects insert: {0}")]
+    Db(#[from] diesel::result::Error),
+}
+
+#[tokio::main]
+async fn main() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
+    let args = Args::parse();
+    if let Err(e) = run(args).await {
+        eprintln!("inbox_consumer: {e}");
+        std::process::exit(1);
+    }
+}
+
+async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
+    let retry_max = (args.claim_idle / 2).min(Duration::from_secs(10));
+    let mut config = ConsumerConfig::new(&args.redis_url, &args.topic, &args.group)
+        .stream_prefix(&args.stream_prefix)
+        .claim_idle(args.claim_idle)
+        .max_deliveries(args.max_deliveries)
+        .batch_size(args.batch_size)
+        .concurrency(args.concurrency)
+        .retry(args.retry_base, retry_max.max(args.retry_base));
+    if let Some(name) = &args.consumer {
+        config = config.consumer(name);
+    }
+    let consumer = Consumer::new(config)?;
+
+    let manager = AsyncDieselConnectionManager::<AsyncPgConnection>::new(&args.database_url);
+    let pool = bb8::Pool::builder()
+        .max_size(args.concurrency.clamp(2, 32) as u32)
+        .connection_timeout(Duration::from_secs(5))
+        .build(manager)
+        .await?;
+    {
+        let mut conn = pool.get().await?;
+        // Copies starting together would race on CREATE TABLE: the inbox's DDL lock
+        // serializes them.
+        conn.batch_execute(&format!(
+            "BEGIN; SELECT pg_advisory_xact_lock({}); {EFFECTS_TABLE}; COMMIT",
+            inbox::DDL_LOCK
+        ))
+        .await?;
+        inbox::ensure_table(&mut conn).await?;
+    }
+
+    let delay = args.effect_delay;
+    let stats = consumer
+        .run_inbox(
+            pool,
+            |conn, entry: &Entry| {
+                Box::pin(async move {
+                    if entry.payload.get("poison") == Some(&serde_json::Value::Bool(true)) {
+                        return Err(EffectError::Poison);
+                    }
+                    if let Some(delay) = delay {
+                        tokio::time::sleep(delay).await;
+                    }
+                    diesel::sql_query(
+                        "INSERT INTO example_effects (event_id, topic) VALUES ($1, $2)",
+                    )
+                    .bind::<Uuid, _>(entry.id)
+                    .bind::<Text, _>(&entry.topic)
+                    .execute(conn)
+                    .await?;
+                    Ok(())
+                })
+            },
+            shutdown_signal(),
+        )
+        .await;
+    tracing::info!(
+        handled = stats.handled,
+        failed = stats.failed,
+        dead_lettered = stats.dead_lettered,
+        "stopped"
+    );
+    Ok(())
+}
+
+/// Completes at the first SIGTERM or SIGINT.
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        // Without signal handlers the default action (exit) applies: still a clean stop
+        // for the stream, which redelivers what was in hand.
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}

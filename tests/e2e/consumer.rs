@@ -1,0 +1,392 @@
+//! The consumer side: `examples/inbox_consumer` processes fed by a real relay (SIGKILLed and
+//! restarted: every event applied once; a dead consumer's entries claimed; poison to the dead
+//! stream), and the `outbox_consumer` library in-process (per-key order through failures and
+//! a restart; a malformed entry dead-lettered without blocking its key).
+
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use outbox_consumer::{Consumer, ConsumerConfig, Entry};
+use rand::Rng;
+
+use crate::support::*;
+
+const GROUP: &str = "effects";
+
+/// Polls `check` until it returns `Ok`, or panics after `timeout` with its last `Err`.
+async fn wait_until<F, Fut>(timeout: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<(), String>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        let last = match check().await {
+            Ok(()) => return,
+            Err(e) => e,
+        };
+        assert!(Instant::now() < deadline, "timed out: {last}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Each event of `topic` in the outbox that is not poison has exactly one row in
+/// `example_effects`, and no poison event has one.
+async fn assert_effects_exactly_once(db: &TestDb, topic: &str) {
+    let doubled = db
+        .scalar(
+            "SELECT count(*) FROM (SELECT event_id FROM example_effects
+             GROUP BY event_id HAVING count(*) > 1) d",
+        )
+        .await;
+    assert_eq!(doubled, 0, "events applied more than once");
+    let missing = db
+        .scalar(&format!(
+            "SELECT count(*) FROM outbox o WHERE o.topic = '{topic}'
+             AND NOT coalesce((o.payload->>'poison')::boolean, false)
+             AND NOT EXISTS (SELECT 1 FROM example_effects e WHERE e.event_id = o.id)"
+        ))
+        .await;
+    assert_eq!(missing, 0, "events never applied");
+    let poisoned = db
+        .scalar(
+            "SELECT count(*) FROM example_effects e JOIN outbox o ON o.id = e.event_id
+             WHERE (o.payload->>'poison')::boolean",
+        )
+        .await;
+    assert_eq!(poisoned, 0, "a poison event's effect committed");
+}
+
+/// Waits until `applied` distinct events are in `example_effects`, `dead` entries are in the
+/// dead stream and the group has nothing pending.
+async fn wait_settled(db: &TestDb, redis: &TestRedis, topic: &str, applied: i64, dead: usize) {
+    // The consumers create the table as they start.
+    db.wait_for(
+        "SELECT count(*) FROM pg_tables WHERE tablename = 'example_effects'",
+        1,
+        Duration::from_secs(30),
+    )
+    .await;
+    wait_until(Duration::from_secs(120), || async {
+        let got = db
+            .scalar("SELECT count(DISTINCT event_id) FROM example_effects")
+            .await;
+        let dead_now = redis.xlen(&format!("{topic}:dead")).await;
+        let (pending, _) = group_pending(redis, topic, GROUP).await;
+        if got == applied && dead_now == dead && pending == 0 {
+            Ok(())
+        } else {
+            Err(format!(
+                "applied {got}/{applied}, dead {dead_now}/{dead}, pending {pending}"
+            ))
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigkilled_inbox_consumers_apply_every_event_exactly_once() {
+    let db = TestDb::new().await;
+    let redis = TestRedis::shared();
+    let _relay = RelayProc::spawn("consumer-relay", &base_env(&db, &redis));
+    let args = [
+        "--claim-idle",
+        "2s",
+        "--max-deliveries",
+        "3",
+        "--batch-size",
+        "50",
+        "--retry-base",
+        "50ms",
+    ];
+    let mut consumers: Vec<ExampleConsumer> = (0..3)
+        .map(|i| ExampleConsumer::spawn(&db, &redis, "t0", GROUP, &format!("c{i}"), &args))
+        .collect();
+    db.exec(
+        "INSERT INTO outbox (topic, payload, partition_key)
+         SELECT 't0', jsonb_build_object('poison', true, 'n', -i), 'k' || i
+         FROM generate_series(1, 3) AS i",
+    )
+    .await;
+    let producer = tokio::spawn({
+        let url = db.url.clone();
+        async move { produce_rounds(&url, 0, 40, 50, 1, 20, Duration::from_millis(50)).await }
+    });
+    let mut kills = 0;
+    let mut rng = rand::rng();
+    while !producer.is_finished() || kills < 12 {
+        let pause = rng.random_range(100..600);
+        tokio::time::sleep(Duration::from_millis(pause)).await;
+        let victim = rng.random_range(0..consumers.len());
+        consumers[victim].kill9();
+        kills += 1;
+        // Half the time the same name (its pending entries are its own again at once), half
+        // a new one (the old name's entries wait for --claim-idle and another consumer).
+        let name = if rng.random_bool(0.5) {
+            consumers[victim].name.clone()
+        } else {
+            format!("c{victim}-{kills}")
+        };
+        consumers[victim] = ExampleConsumer::spawn(&db, &redis, "t0", GROUP, &name, &args);
+    }
+    producer.await.expect("producer");
+    db.wait_until_published(Duration::from_secs(60)).await;
+    wait_settled(&db, &redis, "t0", 2000, 3).await;
+    assert_effects_exactly_once(&db, "t0").await;
+    assert_eq!(
+        db.scalar("SELECT count(*) FROM outbox_inbox WHERE consumer_group = 'effects'")
+            .await,
+        2000
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn entries_of_a_consumer_killed_mid_handling_are_claimed_after_claim_idle() {
+    let db = TestDb::new().await;
+    let redis = TestRedis::shared();
+    let _relay = RelayProc::spawn("consumer-relay", &base_env(&db, &redis));
+    db.exec(
+        "INSERT INTO outbox (topic, payload, partition_key)
+         SELECT 't0', jsonb_build_object('n', i), 'k' || (i % 5) FROM generate_series(1, 20) AS i",
+    )
+    .await;
+    db.wait_until_published(Duration::from_secs(30)).await;
+    // Its effects never finish: it holds every entry, in the middle of handling them.
+    let mut holder = ExampleConsumer::spawn(
+        &db,
+        &redis,
+        "t0",
+        GROUP,
+        "holder",
+        &["--claim-idle", "1s", "--effect-delay", "1h"],
+    );
+    wait_until(Duration::from_secs(30), || async {
+        match group_pending(&redis, "t0", GROUP).await {
+            (20, holders) if holders == vec![("holder".to_string(), 20)] => Ok(()),
+            other => Err(format!("pending {other:?}")),
+        }
+    })
+    .await;
+    holder.kill9();
+    assert_eq!(
+        db.scalar("SELECT count(*) FROM example_effects").await,
+        0,
+        "the holder committed nothing"
+    );
+    // Every entry was delivered to the holder: only a claim can give them to the rescuer.
+    let rescuer =
+        ExampleConsumer::spawn(&db, &redis, "t0", GROUP, "rescuer", &["--claim-idle", "1s"]);
+    wait_settled(&db, &redis, "t0", 20, 0).await;
+    assert_effects_exactly_once(&db, "t0").await;
+    assert!(
+        rescuer
+            .log()
+            .contains("claimed entries idle longer than claim_idle"),
+        "{}",
+        rescuer.log()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_poison_event_is_dead_lettered_after_exactly_max_deliveries() {
+    let db = TestDb::new().await;
+    let redis = TestRedis::shared();
+    let _relay = RelayProc::spawn("consumer-relay", &base_env(&db, &redis));
+    db.exec(
+        r#"INSERT INTO outbox (topic, payload, partition_key, headers) VALUES
+           ('t0', '{"n": 1}', 'kp', '{}'),
+           ('t0', '{"n": 2, "poison": true}', 'kp', '{"trace": "tr-2"}'),
+           ('t0', '{"n": 3}', 'kp', '{}'),
+           ('t0', '{"n": 4}', NULL, '{}')"#,
+    )
+    .await;
+    db.wait_until_published(Duration::from_secs(30)).await;
+    let consumer = ExampleConsumer::spawn(
+        &db,
+        &redis,
+        "t0",
+        GROUP,
+        "only",
+        &["--max-deliveries", "4", "--retry-base", "50ms"],
+    );
+    // The event after the poison one, same key, flows once the poison one is dead.
+    wait_settled(&db, &redis, "t0", 3, 1).await;
+    assert_effects_exactly_once(&db, "t0").await;
+
+    let original = redis
+        .entries("t0")
+        .await
+        .into_iter()
+        .find(|e| e["payload"].contains("poison"))
+        .expect("the poison entry in its stream");
+    let dead = redis.entries("t0:dead").await;
+    assert_eq!(dead.len(), 1);
+    let dead = &dead[0];
+    for field in ["id", "topic", "key", "payload", "headers", "created_at"] {
+        assert_eq!(dead[field], original[field], "field {field}");
+    }
+    assert!(dead["error"].contains("poison"), "error: {}", dead["error"]);
+    assert_eq!(dead["group"], GROUP);
+    assert_eq!(dead["deliveries"], "4");
+    let failures = consumer
+        .log()
+        .lines()
+        .filter(|l| l.contains("handler failed") && l.contains(&original["id"]))
+        .count();
+    assert_eq!(failures, 4, "{}", consumer.log());
+}
+
+/// A consumer on the test's prefix: quick retries, short blocks.
+fn library_config(redis: &TestRedis, topic: &str, name: &str) -> ConsumerConfig {
+    ConsumerConfig::new(&redis.url, topic, GROUP)
+        .stream_prefix(&redis.prefix)
+        .consumer(name)
+        .concurrency(8)
+        .batch_size(50)
+        .block(Duration::from_millis(200))
+        .claim_idle(Duration::from_secs(60))
+        .retry(Duration::from_millis(10), Duration::from_millis(100))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn one_consumer_keeps_each_keys_order_through_failures_and_a_restart() {
+    let redis = TestRedis::shared();
+    const N: i64 = 600;
+    for n in 0..N {
+        let key = format!("k{}", n % 8);
+        xadd_event(
+            &redis,
+            "ordered",
+            Some(&key),
+            &serde_json::json!({ "n": n }),
+        )
+        .await;
+    }
+    let applied: Arc<Mutex<Vec<(String, i64)>>> = Arc::default();
+    // `fails(n, delivery)`: whether that delivery of entry `n` fails.
+    let handler = |fails: fn(i64, u64) -> bool, stop_at: usize, stop: Arc<tokio::sync::Notify>| {
+        let applied = applied.clone();
+        move |entry: Entry| {
+            let applied = applied.clone();
+            let stop = stop.clone();
+            async move {
+                let n = entry.payload["n"].as_i64().ok_or("payload.n")?;
+                if fails(n, entry.deliveries) {
+                    return Err("every 7th entry fails");
+                }
+                // Handlers of different keys overlap: yield so they interleave.
+                tokio::task::yield_now().await;
+                let mut applied = applied.lock().expect("lock");
+                applied.push((entry.key.clone().unwrap_or_default(), n));
+                if applied.len() >= stop_at {
+                    stop.notify_one();
+                }
+                Ok(())
+            }
+        }
+    };
+    let config = || library_config(&redis, "ordered", "same").max_deliveries(1000);
+
+    // First life: every 7th entry always fails, so each key soon waits behind one; it
+    // stops with those (and the later entries of their keys) pending.
+    let stop = Arc::new(tokio::sync::Notify::new());
+    let first = Consumer::new(config()).expect("config");
+    let stats = tokio::time::timeout(
+        Duration::from_secs(60),
+        first.run(handler(|n, _| n % 7 == 0, 15, stop.clone()), {
+            let stop = stop.clone();
+            async move { stop.notified().await }
+        }),
+    )
+    .await
+    .expect("the first life applied 15 entries");
+    assert!(stats.failed > 0, "no failure exercised the retry path");
+    let (pending, _) = group_pending(&redis, "ordered", GROUP).await;
+    assert!(pending > 0, "nothing left pending for the second life");
+
+    // Second life, same name: its pending entries first, then the rest; every 7th entry
+    // fails its first delivery.
+    let stop = Arc::new(tokio::sync::Notify::new());
+    let second = Consumer::new(config()).expect("config");
+    second
+        .run(
+            handler(
+                |n, delivery| n % 7 == 0 && delivery == 1,
+                N as usize,
+                stop.clone(),
+            ),
+            {
+                let stop = stop.clone();
+                async move { stop.notified().await }
+            },
+        )
+        .await;
+
+    let applied = applied.lock().expect("lock").clone();
+    let mut last: HashMap<&str, i64> = HashMap::new();
+    for (key, n) in &applied {
+        if let Some(prev) = last.get(key.as_str()) {
+            assert!(n > prev, "key {key}: {n} applied after {prev}");
+        }
+        last.insert(key, *n);
+    }
+    let distinct: HashSet<i64> = applied.iter().map(|(_, n)| *n).collect();
+    assert_eq!(distinct.len(), N as usize, "some entry never applied");
+    assert_eq!(applied.len(), N as usize, "some entry applied twice");
+    assert_eq!(group_pending(&redis, "ordered", GROUP).await.0, 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_malformed_entry_is_dead_lettered_and_its_key_flows_on() {
+    let redis = TestRedis::shared();
+    let first = xadd_event(&redis, "mixed", Some("k"), &serde_json::json!({"n": 1})).await;
+    let mut c = redis.conn().await;
+    let _: String = redis::AsyncCommands::xadd(
+        &mut c,
+        redis.stream("mixed"),
+        "*",
+        &[("id", "not-a-uuid"), ("topic", "mixed"), ("key", "k")],
+    )
+    .await
+    .expect("xadd");
+    let last = xadd_event(&redis, "mixed", Some("k"), &serde_json::json!({"n": 3})).await;
+
+    let seen: Arc<Mutex<Vec<uuid::Uuid>>> = Arc::default();
+    let stop = Arc::new(tokio::sync::Notify::new());
+    let consumer = Consumer::new(library_config(&redis, "mixed", "solo")).expect("config");
+    let run = consumer.run(
+        |entry: Entry| {
+            let (seen, stop) = (seen.clone(), stop.clone());
+            async move {
+                let mut seen = seen.lock().expect("lock");
+                seen.push(entry.id);
+                if seen.len() == 2 {
+                    stop.notify_one();
+                }
+                Ok::<(), String>(())
+            }
+        },
+        {
+            let stop = stop.clone();
+            async move { stop.notified().await }
+        },
+    );
+    let stats = tokio::time::timeout(Duration::from_secs(30), run)
+        .await
+        .expect("both good entries handled");
+    assert_eq!(*seen.lock().expect("lock"), vec![first, last]);
+    assert_eq!(stats.dead_lettered, 1);
+    let dead = redis.entries("mixed:dead").await;
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0]["id"], "not-a-uuid");
+    assert_eq!(dead[0]["key"], "k");
+    assert!(
+        dead[0]["error"].starts_with("malformed entry"),
+        "{}",
+        dead[0]["error"]
+    );
+    assert_eq!(dead[0]["group"], GROUP);
+    assert_eq!(group_pending(&redis, "mixed", GROUP).await.0, 0);
+}

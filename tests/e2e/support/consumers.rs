@@ -1,0 +1,151 @@
+//! Consumers for the consumer-side tests: `examples/inbox_consumer` processes (spawned,
+//! SIGKILLed, their logs read), the group's state in Redis, and stream entries written the
+//! way the relay writes them.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+
+use redis::AsyncCommands;
+use uuid::Uuid;
+
+use super::{TestDb, TestRedis, BIN};
+
+/// `target/<profile>/examples/inbox_consumer`, built by `cargo test` beside the relay binary.
+pub fn example_bin() -> PathBuf {
+    let dir = std::path::Path::new(BIN)
+        .parent()
+        .expect("the binary's directory");
+    let bin = dir.join("examples").join("inbox_consumer");
+    assert!(
+        bin.exists(),
+        "{} is missing: `cargo test` builds examples (or `cargo build --examples`)",
+        bin.display()
+    );
+    bin
+}
+
+/// A running `inbox_consumer` example.
+pub struct ExampleConsumer {
+    pub name: String,
+    child: Child,
+    log: PathBuf,
+}
+
+impl ExampleConsumer {
+    /// Starts consumer `name` of `group` on `topic`, with the test's database and key prefix,
+    /// and `args` after the required ones; its log in the temp dir.
+    pub fn spawn(
+        db: &TestDb,
+        redis: &TestRedis,
+        topic: &str,
+        group: &str,
+        name: &str,
+        args: &[&str],
+    ) -> ExampleConsumer {
+        let log = std::env::temp_dir().join(format!(
+            "inbox-consumer-{name}-{}.log",
+            Uuid::new_v4().simple()
+        ));
+        let file = std::fs::File::create(&log).expect("log file");
+        let child = Command::new(example_bin())
+            .args(["--topic", topic, "--group", group, "--consumer", name])
+            .args(args)
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("DATABASE_URL", &db.url)
+            .env("REDIS_URL", &redis.url)
+            .env("OUTBOX__REDIS__STREAM_PREFIX", &redis.prefix)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(file)
+            .spawn()
+            .expect("spawn inbox_consumer");
+        ExampleConsumer {
+            name: name.to_string(),
+            child,
+            log,
+        }
+    }
+
+    /// What it has logged so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    pub fn terminate(&self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+    }
+
+    /// Waits for exit; the exit code (None on timeout or signal).
+    pub fn wait_exit(&mut self, timeout: std::time::Duration) -> Option<i32> {
+        let deadline = std::time::Instant::now() + timeout;
+        while std::time::Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return status.code();
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        None
+    }
+}
+
+impl Drop for ExampleConsumer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The group's pending entries on `topic`'s stream: the total, and per consumer.
+pub async fn group_pending(
+    redis: &TestRedis,
+    topic: &str,
+    group: &str,
+) -> (usize, Vec<(String, usize)>) {
+    let mut c = redis.conn().await;
+    let reply: redis::RedisResult<redis::streams::StreamPendingReply> =
+        c.xpending(redis.stream(topic), group).await;
+    match reply {
+        Ok(redis::streams::StreamPendingReply::Data(data)) => (
+            data.count,
+            data.consumers
+                .into_iter()
+                .map(|c| (c.name, c.pending))
+                .collect(),
+        ),
+        _ => (0, Vec::new()),
+    }
+}
+
+/// Appends an entry to `topic`'s stream with the relay's fields; returns the event id.
+pub async fn xadd_event(
+    redis: &TestRedis,
+    topic: &str,
+    key: Option<&str>,
+    payload: &serde_json::Value,
+) -> Uuid {
+    let id = Uuid::new_v4();
+    let mut fields: Vec<(&str, String)> = vec![
+        ("id", id.to_string()),
+        ("topic", topic.to_string()),
+        ("payload", payload.to_string()),
+        ("headers", "{}".to_string()),
+        ("created_at", "2026-12-02T13:57:01.123456Z".to_string()),
+    ];
+    if let Some(key) = key {
+        fields.push(("key", key.to_string()));
+    }
+    let mut c = redis.conn().await;
+    let _: String = c
+        .xadd(redis.stream(topic), "*", &fields)
+        .await
+        .expect("xadd");
+    id
+}
