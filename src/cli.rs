@@ -1,4 +1,5 @@
-//! The command line (clap): `migrate`, `run`, `demo`, `bench`, each taking `--config FILE`.
+//! The command line (clap): `migrate`, `run`, `demo`, `bench`, `tail`, each taking
+//! `--config FILE`.
 
 use std::path::PathBuf;
 
@@ -26,6 +27,30 @@ pub enum Command {
     Demo(DemoArgs),
     /// Measure speed on the local Postgres and Redis (fresh databases; prints a table).
     Bench(BenchArgs),
+    /// Print a topic's stream entries as they arrive, one JSON object per line.
+    Tail(TailArgs),
+}
+
+/// Flags of `tail`.
+#[derive(Debug, Args, Clone)]
+pub struct TailArgs {
+    /// The common flags (`--redis-url`, `--config`; the stream prefix comes from the
+    /// configuration).
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// The topic whose stream to read.
+    pub topic: String,
+    /// `0`: every entry still in the stream; `$`: only entries added from now on (with
+    /// `--group`, where a new group starts).
+    #[arg(long, default_value = "$", value_parser = ["0", "$"])]
+    pub from: String,
+    /// Read as a member of this consumer group (created if missing) and acknowledge each
+    /// entry once printed.
+    #[arg(long, value_name = "GROUP")]
+    pub group: Option<String>,
+    /// Exit after this many entries.
+    #[arg(long, value_name = "N")]
+    pub count: Option<u64>,
 }
 
 /// Flags of `bench`.

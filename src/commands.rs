@@ -4,6 +4,7 @@
 
 use crate::cli::{BenchArgs, Command};
 use crate::config::{ConfigError, Settings};
+use crate::tail;
 use crate::{app, bench, demo};
 
 /// Loads and checks the settings `command` runs with.
@@ -12,6 +13,7 @@ pub fn settings_for(command: &Command) -> Result<Settings, ConfigError> {
         Command::Migrate(c) | Command::Run(c) => (Settings::default(), c),
         Command::Demo(d) => (demo::default_settings(), &d.common),
         Command::Bench(b) => (Settings::default(), &b.common),
+        Command::Tail(t) => (Settings::default(), &t.common),
     };
     let settings = Settings::load(base, common.config.as_deref(), &common.overrides())?;
     match command {
@@ -23,6 +25,7 @@ pub fn settings_for(command: &Command) -> Result<Settings, ConfigError> {
             app::check_admin_exposure(&settings)?;
         }
         Command::Demo(_) | Command::Bench(_) => app::check_admin_exposure(&settings)?,
+        Command::Tail(_) => {}
     }
     Ok(settings)
 }
@@ -34,6 +37,15 @@ pub async fn execute(command: Command, settings: Settings) -> anyhow::Result<()>
         Command::Run(_) => app::run(settings).await,
         Command::Demo(d) => demo::run(settings, d.rate).await,
         Command::Bench(b) => bench::run(bench_options(b, &settings)).await.map(|_| ()),
+        Command::Tail(t) => {
+            let options = tail::TailOptions {
+                topic: t.topic,
+                from: t.from,
+                group: t.group,
+                count: t.count,
+            };
+            Ok(tail::run(&settings, options).await?)
+        }
     }
 }
 

@@ -12,6 +12,8 @@
 //! - [`admin`]: the HTTP server: health, metrics, API, UI.
 //! - [`producer`]: the Rust API to enqueue events in the caller's transaction.
 //! - [`demo`]: the self-contained demo.
+//! - [`tail`]: `outbox-relay tail`, a topic's entries as JSON lines (the consumer side itself is
+//!   the `outbox-consumer` crate in `consumer/`).
 //! - [`bench`]: the benchmark command (`outbox-relay bench`).
 //! - [`pem`]: the PEM files TLS settings name.
 //! - [`telemetry`]: logs and metrics, one function per event.
@@ -28,6 +30,7 @@ pub mod pem;
 pub mod producer;
 pub mod publish;
 pub mod relay;
+pub mod tail;
 pub mod telemetry;
 
 /// This binary's version, reported in heartbeats.

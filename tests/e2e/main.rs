@@ -24,6 +24,7 @@
 //! | [`shutdown`] | SIGTERM exits 0 and another replica takes over |
 //! | [`supervision`] | a panicking actor restarted, a dead one ends the process (70), a stalled loop fails `/healthz`, `/readyz` during an outage, the first scrape |
 //! | [`tls`] | Postgres `verify-full`/`verify-ca` and `rediss://` with a test CA; a wrong host name or CA refused; Redis mutual TLS |
+//! | [`tail`] | `outbox-relay tail`: JSON lines, `--from`, `--count`, `--group` acknowledging |
 //! | [`cli`] | bad settings exit 2, `--help`, concurrent `migrate` |
 //! | [`demo`] | `outbox-relay demo` end to end |
 //! | [`bench_smoke`] | a short `outbox-relay bench` run |
@@ -55,6 +56,7 @@ mod retention;
 mod shutdown;
 mod supervision;
 pub mod support;
+mod tail;
 mod tls;
 pub mod ui;
 mod wake;

@@ -90,6 +90,14 @@ impl TestRedis {
             .collect()
     }
 
+    /// The stream entry ids of a topic's stream, in order.
+    pub async fn entries_ids(&self, topic: &str) -> Vec<String> {
+        let mut c = self.reader().await;
+        let reply: redis::streams::StreamRangeReply =
+            c.xrange_all(self.stream(topic)).await.expect("xrange");
+        reply.ids.into_iter().map(|e| e.id).collect()
+    }
+
     pub async fn xlen(&self, topic: &str) -> usize {
         let mut c = self.reader().await;
         c.xlen(self.stream(topic)).await.unwrap_or(0)
