@@ -97,7 +97,7 @@ pub struct BenchArgs {
     #[arg(long)]
     pub soak_delete: bool,
     /// Only these scenarios (drain, replicas, bloat, hotkey, baseline, ceiling, tls, cluster,
-    /// latency;
+    /// endtoend, latency;
     /// `soak` runs only when named here).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,

@@ -103,7 +103,7 @@ impl Consumer {
         Fut: Future<Output = Result<(), E>>,
         E: Display,
     {
-        self.run_with(&Batch(handler), shutdown).await
+        self.run_with(&Batch::new(handler), shutdown).await
     }
 
     pub(crate) async fn run_with<P: Process>(
@@ -674,50 +674,88 @@ where
 }
 
 /// One handler call per batch, all or nothing.
-struct Batch<H>(H);
+pub(crate) struct Batch<H, E> {
+    handler: H,
+    /// Whether a handler error is an outage: the batch is retried without counting a
+    /// delivery (as [`Each`]).
+    outage: fn(&E) -> bool,
+}
 
-impl<H, Fut, E> Process for Batch<H>
+impl<H, Fut, E> Batch<H, E>
+where
+    H: Fn(Vec<Entry>) -> Fut,
+    Fut: Future<Output = Result<(), E>>,
+    E: Display,
+{
+    fn new(handler: H) -> Self {
+        Batch {
+            handler,
+            outage: |_| false,
+        }
+    }
+
+    /// A handler whose errors `outage` says are outages are retried without counting.
+    pub(crate) fn with_outages(handler: H, outage: fn(&E) -> bool) -> Self {
+        Batch { handler, outage }
+    }
+}
+
+impl<H, Fut, E> Process for Batch<H, E>
 where
     H: Fn(Vec<Entry>) -> Fut,
     Fut: Future<Output = Result<(), E>>,
     E: Display,
 {
     async fn process(&self, ctx: &Ctx<'_>, lanes: Vec<Vec<Delivery>>) -> Vec<Outcome> {
-        {
-            let mut conn = ctx.conn.clone();
-            let mut all: Vec<Delivery> = lanes.into_iter().flatten().collect();
-            all.sort_by_key(|d| stream_id_order(&d.raw.stream_id));
-            let mut out = Vec::new();
-            let mut batch = Vec::new();
-            for d in all {
-                match before_handling(ctx, &mut conn, &d).await {
-                    Some(fate) => out.push(Outcome {
-                        stream_id: d.raw.stream_id,
-                        fate,
-                    }),
-                    None => batch.push(d),
-                }
-            }
-            if batch.is_empty() {
-                return out;
-            }
-            let entries: Vec<Entry> = batch
-                .iter()
-                .filter_map(|d| d.parsed.as_ref().ok().cloned())
-                .collect();
-            let result = (self.0)(entries).await;
-            for d in batch {
-                let fate = match &result {
-                    Ok(()) => Fate::Done,
-                    Err(e) => after_failure(ctx, &mut conn, &d, &e.to_string()).await,
-                };
-                out.push(Outcome {
+        let mut conn = ctx.conn.clone();
+        let mut all: Vec<Delivery> = lanes.into_iter().flatten().collect();
+        all.sort_by_key(|d| stream_id_order(&d.raw.stream_id));
+        let mut out = Vec::new();
+        let mut batch = Vec::new();
+        for d in all {
+            match before_handling(ctx, &mut conn, &d).await {
+                Some(fate) => out.push(Outcome {
                     stream_id: d.raw.stream_id,
                     fate,
-                });
+                }),
+                None => batch.push(d),
             }
-            out
         }
+        if batch.is_empty() {
+            return out;
+        }
+        let entries: Vec<Entry> = batch
+            .iter()
+            .filter_map(|d| d.parsed.as_ref().ok().cloned())
+            .collect();
+        let result = (self.handler)(entries).await;
+        for d in batch {
+            let fate = match &result {
+                Ok(()) => Fate::Done,
+                Err(e) if (self.outage)(e) => {
+                    // Give the delivery back: the next one gets this number again.
+                    let back = d.delivery - 1;
+                    match stream::take_for_delivery(
+                        &mut conn,
+                        ctx.config,
+                        ctx.key,
+                        &d.raw.stream_id,
+                        back,
+                    )
+                    .await
+                    {
+                        Ok(_) => Fate::Outage(e.to_string()),
+                        Err(redis) => Fate::Lost(Some(redis)),
+                    }
+                }
+                Err(e) => after_failure(ctx, &mut conn, &d, &e.to_string()).await,
+            };
+            out.push(Outcome {
+                stream_id: d.raw.stream_id,
+                fate,
+            });
+        }
+        out
     }
 }
 

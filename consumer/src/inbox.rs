@@ -22,7 +22,7 @@ use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl, SimpleAsyncC
 use futures::future::BoxFuture;
 
 use crate::config::ConsumerConfig;
-use crate::consumer::{Consumer, Each, RunStats};
+use crate::consumer::{Batch, Consumer, Each, RunStats};
 use crate::entry::Entry;
 use crate::retry::ErrorLog;
 
@@ -109,6 +109,54 @@ where
         }
         effect(c, entry).await.map_err(InboxError::Effect)?;
         Ok(Applied::Applied)
+    })
+    .await
+}
+
+/// In one transaction on `conn`: records every entry of `entries` for `group` in the inbox and
+/// runs `effect` once on those not recorded before (in the given order, an event id that
+/// appears twice only once); returns how many were new. The effect's error rolls back all.
+/// One commit for the whole batch: what makes a consumer keep up with the relay.
+pub async fn apply_batch_once<F, E>(
+    conn: &mut AsyncPgConnection,
+    group: &str,
+    entries: &[Entry],
+    effect: &F,
+) -> Result<usize, InboxError<E>>
+where
+    F: for<'r> Fn(&'r mut AsyncPgConnection, &'r [Entry]) -> BoxFuture<'r, Result<(), E>> + Sync,
+    E: Send,
+{
+    #[derive(diesel::QueryableByName)]
+    struct New {
+        #[diesel(sql_type = diesel::sql_types::Uuid)]
+        event_id: uuid::Uuid,
+    }
+    let ids: Vec<uuid::Uuid> = entries.iter().map(|e| e.id).collect();
+    let topics: Vec<&str> = entries.iter().map(|e| e.topic.as_str()).collect();
+    conn.transaction(async |c| {
+        // DO NOTHING also skips an id repeated within the batch (the first one is inserted).
+        let new: Vec<New> = diesel::sql_query(
+            "INSERT INTO outbox_inbox (consumer_group, event_id, topic)
+             SELECT $1, id, topic FROM unnest($2::uuid[], $3::text[]) AS t(id, topic)
+             ON CONFLICT DO NOTHING RETURNING event_id",
+        )
+        .bind::<Text, _>(group)
+        .bind::<diesel::sql_types::Array<diesel::sql_types::Uuid>, _>(&ids)
+        .bind::<diesel::sql_types::Array<Text>, _>(&topics)
+        .load(c)
+        .await?;
+        let mut new: std::collections::HashSet<uuid::Uuid> =
+            new.into_iter().map(|n| n.event_id).collect();
+        let fresh: Vec<Entry> = entries
+            .iter()
+            .filter(|e| new.remove(&e.id))
+            .cloned()
+            .collect();
+        if !fresh.is_empty() {
+            effect(c, &fresh).await.map_err(InboxError::Effect)?;
+        }
+        Ok(fresh.len())
     })
     .await
 }
@@ -227,6 +275,48 @@ impl Consumer {
         tokio::select! {
             biased;
             stats = self.run_with(&each, shutdown) => stats,
+            never = retention_loop(pool, self.config()) => match never {},
+        }
+    }
+
+    /// Runs like [`Consumer::run_batches`], with the inbox: each batch's effect runs in one
+    /// transaction that also records its events in `outbox_inbox` (see [`apply_batch_once`]),
+    /// on the entries not applied before; the batch is acknowledged after the commit. One
+    /// commit per batch instead of one per event, so the consumer's database is no longer
+    /// the limit; per-key order holds within the batch if `effect` applies the entries in the
+    /// order given (stream order). A failing batch is retried whole, and its entries go to
+    /// the dead stream after `max_deliveries`: use [`Consumer::run_inbox`] when one bad event
+    /// must not take its neighbours along.
+    pub async fn run_inbox_batches<F, E>(
+        &self,
+        pool: PgPool,
+        effect: F,
+        shutdown: impl Future<Output = ()>,
+    ) -> RunStats
+    where
+        F: for<'r> Fn(&'r mut AsyncPgConnection, &'r [Entry]) -> BoxFuture<'r, Result<(), E>>
+            + Sync,
+        E: Display + Send,
+    {
+        let group = self.config().group.clone();
+        let (pool, effect, group) = (&pool, &effect, group.as_str());
+        let handler = move |entries: Vec<Entry>| async move {
+            let mut conn = pool.get().await.map_err(InboxError::Pool)?;
+            let applied = apply_batch_once(&mut conn, group, &entries, effect).await?;
+            if applied < entries.len() {
+                tracing::debug!(
+                    skipped = entries.len() - applied,
+                    "already in the inbox: effects skipped"
+                );
+            }
+            Ok::<(), InboxError<E>>(())
+        };
+        let batch = Batch::with_outages(handler, |e: &InboxError<E>| {
+            matches!(e, InboxError::Pool(_) | InboxError::Db(_))
+        });
+        tokio::select! {
+            biased;
+            stats = self.run_with(&batch, shutdown) => stats,
             never = retention_loop(pool, self.config()) => match never {},
         }
     }

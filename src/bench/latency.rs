@@ -182,6 +182,16 @@ impl Wakeup {
     }
 }
 
+/// Where a steady run's latency ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Until {
+    /// The event's entry is in its stream (read with XREAD).
+    Stream,
+    /// A consumer of the `outbox-consumer` library committed the event's effect with its
+    /// inbox row (see `endtoend`).
+    Effect,
+}
+
 /// What a long steady run adds to a short one.
 #[derive(Debug, Clone, Copy)]
 pub struct Soak {
@@ -202,9 +212,10 @@ pub async fn steady(
     duration: Duration,
     wakeup: Wakeup,
     soak: Option<Soak>,
+    until: Until,
 ) -> anyhow::Result<Latency> {
     let scratch = Scratch::new(env).await?;
-    let result = steady_in(&scratch, env, rate, duration, wakeup, soak).await;
+    let result = steady_in(&scratch, env, rate, duration, wakeup, soak, until).await;
     scratch.cleanup().await;
     result
 }
@@ -216,6 +227,7 @@ async fn steady_in(
     duration: Duration,
     wakeup: Wakeup,
     soak: Option<Soak>,
+    until: Until,
 ) -> anyhow::Result<Latency> {
     let poll_ms;
     let mut relay_env: Vec<(&str, &str)> = Vec::new();
@@ -236,6 +248,15 @@ async fn steady_in(
     if soak.as_ref().is_some_and(|s| s.delete) {
         relay_env.push(("OUTBOX__RETENTION__PUBLISHED_FOR", "0s"));
     }
+    let groups = super::endtoend::groups_setting();
+    let consumers = match until {
+        Until::Stream => None,
+        Until::Effect => {
+            super::endtoend::create_effects(&mut scratch.conn().await?).await?;
+            relay_env.push(("OUTBOX__GROUPS", &groups));
+            Some(super::endtoend::Consumers::start(scratch, env)?)
+        }
+    };
     let relay = RelayProcess::start(scratch, env, "bench-latency", &relay_env)?;
     // Let the relay connect and LISTEN before the clock starts.
     tokio::time::sleep(Duration::from_millis(1500)).await;
@@ -262,7 +283,7 @@ async fn steady_in(
             }
         })
     });
-    let consumer = {
+    let consumer = (until == Until::Stream).then(|| {
         let received = received.clone();
         let producing = producing.clone();
         let streams: Vec<String> = (0..TOPICS).map(|t| scratch.stream(t)).collect();
@@ -311,7 +332,7 @@ async fn steady_in(
             }
             Ok::<_, anyhow::Error>(())
         })
-    };
+    });
 
     // Producers: enough connections that commits (an fsync each) keep up with the rate.
     let producers = ((rate / 100) as usize).clamp(2, 64);
@@ -360,7 +381,9 @@ async fn steady_in(
     let produced_in = started.elapsed();
     let load = meter.stop(&mut meter_redis).await;
     producing.store(false, std::sync::atomic::Ordering::SeqCst);
-    consumer.await??;
+    if let Some(consumer) = consumer {
+        consumer.await??;
+    }
     if let Some(vacuumer) = vacuumer {
         vacuumer.await??;
     }
@@ -368,23 +391,39 @@ async fn steady_in(
         Some(_) => Some(table_figure(&mut scratch.conn().await?).await?),
         None => None,
     };
+    let effect_samples = match consumers {
+        None => None,
+        Some(consumers) => {
+            let mut conn = scratch.conn().await?;
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while super::endtoend::effects(&mut conn).await? < total && Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            drop(consumers);
+            Some(super::endtoend::latencies(&mut conn).await?)
+        }
+    };
     let (cpu, rss) = relay.stop();
     let committed = committed.lock().map(|c| c.clone()).unwrap_or_default();
     let received = received.lock().map(|r| r.clone()).unwrap_or_default();
-    let mut samples: Vec<f64> = committed
-        .iter()
-        .filter_map(|(id, at)| {
-            received
-                .get(id)
-                // An entry can arrive before the producer's commit call returns: count 0.
-                .map(|got| got.saturating_duration_since(*at).as_secs_f64() * 1000.0)
-        })
-        .collect();
+    let mut samples: Vec<f64> = match effect_samples {
+        Some(samples) => samples,
+        None => committed
+            .iter()
+            .filter_map(|(id, at)| {
+                received
+                    .get(id)
+                    // An entry can arrive before the producer's commit call returns: count 0.
+                    .map(|got| got.saturating_duration_since(*at).as_secs_f64() * 1000.0)
+            })
+            .collect(),
+    };
     anyhow::ensure!(
         samples.len() == committed.len(),
-        "{} of {} events never reached their stream",
-        committed.len() - samples.len(),
-        committed.len()
+        "{} events committed, {} arrived ({:?})",
+        committed.len(),
+        samples.len(),
+        until
     );
     let windows = match soak {
         Some(Soak { window: width, .. }) => windows(

@@ -3,13 +3,15 @@
 //! (this same binary, `run`), and prints figures; nothing here asserts a time.
 //!
 //! Scenarios: drain (keep rows / delete mode), steady latency at fixed rates, replicas 1-3,
-//! a single hot key, the drain on a local three-master Redis Cluster, and in the same run two
+//! a single hot key, the drain on a local three-master Redis Cluster, end to end (producer commit
+//! to an inbox consumer's committed effect: a drain and a steady rate), and in the same run two
 //! references: the seed article's algorithm (10 rows per transaction, one XADD and one UPDATE
 //! per event) and the ceiling (the relay's own SQL with the Redis step removed).
 
 pub mod certs;
 pub mod chart;
 pub mod cluster;
+pub mod endtoend;
 pub mod harness;
 pub mod latency;
 pub mod machine;
@@ -22,7 +24,7 @@ use std::time::Duration;
 
 pub use harness::BenchEnv;
 use harness::Drain;
-use latency::Wakeup;
+use latency::{Until, Wakeup};
 pub use report::{Figure, Report};
 
 /// The ceiling scenario's name.
@@ -30,6 +32,9 @@ const CEILING: &str = "ceiling: relay SQL, no Redis";
 /// The TLS scenario's two sides.
 const TLS_OFF: &str = "tls: off (own Redis, sslmode=disable)";
 const TLS_ON: &str = "tls: on (rediss, sslmode=require)";
+
+/// The end-to-end drain's name: producer commit to consumer effect, inbox on.
+const E2E_DRAIN: &str = "end to end: drain to inbox consumers";
 
 /// The cluster scenario's name: the keep-rows drain on a local cluster of this many masters.
 const CLUSTER: &str = "redis cluster: 3 masters";
@@ -149,9 +154,12 @@ pub async fn run(options: BenchOptions) -> anyhow::Result<Report> {
         if options.wants("cluster") && ceiling_first {
             add_run(&mut runs, CLUSTER, on_cluster(n).await);
         }
-        if options.wants("drain") || options.wants("cluster") {
+        if options.wants("drain") || options.wants("cluster") || options.wants("endtoend") {
             let r = harness::drain(&env, n, 1, harness::Shape::Mixed, &[]).await;
             add_run(&mut runs, "drain (keep rows)", r);
+        }
+        if options.wants("endtoend") {
+            add_run(&mut runs, E2E_DRAIN, endtoend::drain(&env, n).await);
         }
         if options.wants("ceiling") && !ceiling_first {
             add_run(&mut runs, CEILING, reference::ceiling(&env, n).await);
@@ -221,7 +229,23 @@ pub async fn run(options: BenchOptions) -> anyhow::Result<Report> {
             .map(|&r| (r, Wakeup::NotifyAlways));
         for (rate, wakeup) in notified.chain(always).chain(polled) {
             let name = wakeup.scenario(rate);
-            let r = latency::steady(&env, rate, options.duration, wakeup, None).await;
+            let r =
+                latency::steady(&env, rate, options.duration, wakeup, None, Until::Stream).await;
+            report.record(&name, r.map(|l| l.figure(&name)));
+        }
+    }
+    if options.wants("endtoend") {
+        if let Some(&rate) = options.rates.first() {
+            let name = format!("end to end: latency at {rate}/s, inbox");
+            let r = latency::steady(
+                &env,
+                rate,
+                options.duration,
+                Wakeup::Notify,
+                None,
+                Until::Effect,
+            )
+            .await;
             report.record(&name, r.map(|l| l.figure(&name)));
         }
     }
@@ -252,6 +276,7 @@ pub async fn run(options: BenchOptions) -> anyhow::Result<Report> {
             options.soak_duration,
             Wakeup::Notify,
             Some(soak),
+            Until::Stream,
         )
         .await;
         report.record(&name, r.map(|l| l.figure(&name)));

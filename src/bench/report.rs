@@ -176,6 +176,7 @@ impl Report {
             ("drain / seed algorithm", "baseline", false),
             ("drain / ceiling", "ceiling", false),
             ("cluster / single node", "redis cluster", true),
+            ("end to end / relay-only drain", "end to end: drain", true),
         ]
         .into_iter()
         .filter_map(|(name, other, other_on_top)| {

@@ -56,6 +56,9 @@ fn bench_runs_every_scenario_and_writes_json() {
         "TLS / plain drain",
         "redis cluster: 3 masters",
         "cluster / single node",
+        "end to end: drain to inbox consumers",
+        "end to end: latency at 200/s, inbox",
+        "end to end / relay-only drain",
     ] {
         assert!(stdout.contains(scenario), "missing {scenario}:\n{stdout}");
     }
@@ -67,7 +70,7 @@ fn bench_runs_every_scenario_and_writes_json() {
     let report: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(json.path()).expect("read")).expect("json");
     let figures = report["figures"].as_array().expect("figures");
-    assert_eq!(figures.len(), 15);
+    assert_eq!(figures.len(), 17);
     // Every measured span says what it cost the machine: cores busy (of this machine's) and
     // Redis CPU, so a speed figure can be read against saturation.
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;

@@ -10,6 +10,7 @@
 //! | [`claim`] | concurrent claim transactions, claim slots, the head/run snapshot race, the byte budget |
 //! | [`cluster`] | Redis Cluster: three masters, exactly once and key order, a master killed, a slot migrated, the Streams page |
 //! | [`big_events`] | megabyte events drain in bounded memory |
+//! | [`inbox_batches`] | the library's batch inbox: one transaction per batch, each effect once, a failing batch dead-lettered |
 //! | [`groups`] | declared consumer groups made before the first publish, their metrics, `redis.trim_acked` |
 //! | [`dedup`] | the publish script's dedup windows and the retired sets' freeing |
 //! | [`wake`] | producers' NOTIFY quieted while a relay drains, and back after |
@@ -46,6 +47,7 @@ mod dedup;
 mod delivery;
 mod demo;
 mod groups;
+mod inbox_batches;
 mod lease;
 mod ordering;
 mod outage;
