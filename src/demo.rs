@@ -133,6 +133,38 @@ async fn plant_poison(settings: &Settings) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// How long the demo's `billing` consumer takes per event: slower than the producer, so the
+/// Streams page shows its lag growing while `shipping`, which nobody reads, lags by everything.
+const BILLING_EFFECT: Duration = Duration::from_millis(400);
+
+/// The demo's `billing` consumer, through the consumer library.
+async fn consume_slowly(settings: Settings) {
+    if settings.redis.cluster {
+        // The library reads one Redis server; the relay alone shows the cluster.
+        return;
+    }
+    let config = outbox_consumer::ConsumerConfig::new(&settings.redis.url, TOPICS[0], GROUPS[0])
+        .stream_prefix(&settings.redis.stream_prefix)
+        .consumer("demo-billing")
+        .concurrency(1);
+    let consumer = match outbox_consumer::Consumer::new(config) {
+        Ok(consumer) => consumer,
+        Err(e) => {
+            tracing::warn!("demo consumer not started: {e}");
+            return;
+        }
+    };
+    consumer
+        .run(
+            |_entry| async {
+                tokio::time::sleep(BILLING_EFFECT).await;
+                Ok::<(), std::convert::Infallible>(())
+            },
+            std::future::pending::<()>(),
+        )
+        .await;
+}
+
 /// Runs the demo until SIGTERM/SIGINT.
 pub async fn run(settings: Settings, rate: u32) -> anyhow::Result<()> {
     let url = settings.database_url()?.to_string();
@@ -152,7 +184,7 @@ pub async fn run(settings: Settings, rate: u32) -> anyhow::Result<()> {
         settings.redis.stream_prefix
     );
     println!(
-        "  consume  : redis-cli XREADGROUP GROUP billing me COUNT 5 STREAMS {}{} '>'  (groups: {})",
+        "  consume  : redis-cli XREADGROUP GROUP shipping me COUNT 5 STREAMS {}{} '>'  (groups: {}; billing has a slow demo consumer)",
         settings.redis.stream_prefix,
         TOPICS[0],
         GROUPS.join(", ")
@@ -160,7 +192,9 @@ pub async fn run(settings: Settings, rate: u32) -> anyhow::Result<()> {
     println!("  dead     : psql {url} -c 'SELECT id, topic, attempts, last_error FROM outbox WHERE dead_at IS NOT NULL'");
     println!("  stop     : Ctrl-C");
     let producer = actix_rt::spawn(produce(url, rate));
+    let consumer = actix_rt::spawn(consume_slowly(settings.clone()));
     let result = crate::app::run(settings).await;
     producer.abort();
+    consumer.abort();
     result
 }
