@@ -580,6 +580,22 @@ async fn dead_letter(
     }
 }
 
+/// A handler failed for an outage (its database away), not through the entry's fault: the
+/// delivery is given back, so the next one gets this number again and no attempt is spent.
+async fn after_outage(
+    ctx: &Ctx<'_>,
+    conn: &mut ConnectionManager,
+    d: &Delivery,
+    error: &str,
+) -> Fate {
+    tracing::debug!(stream_id = %d.raw.stream_id, %error, "handler hit an outage: not counted as a delivery");
+    let back = d.delivery - 1;
+    match stream::take_for_delivery(conn, ctx.config, ctx.key, &d.raw.stream_id, back).await {
+        Ok(_) => Fate::Outage(error.to_string()),
+        Err(redis) => Fate::Lost(Some(redis)),
+    }
+}
+
 /// One handler call per entry, lanes concurrently.
 pub(crate) struct Each<H, E> {
     handler: H,
@@ -637,17 +653,7 @@ where
         };
         match (self.handler)(entry.clone()).await {
             Ok(()) => Fate::Done,
-            Err(e) if (self.outage)(&e) => {
-                tracing::debug!(stream_id = %d.raw.stream_id, error = %e, "handler hit an outage: not counted as a delivery");
-                // Give the delivery back: the next one gets this number again.
-                let back = d.delivery - 1;
-                match stream::take_for_delivery(conn, ctx.config, ctx.key, &d.raw.stream_id, back)
-                    .await
-                {
-                    Ok(_) => Fate::Outage(e.to_string()),
-                    Err(redis) => Fate::Lost(Some(redis)),
-                }
-            }
+            Err(e) if (self.outage)(&e) => after_outage(ctx, conn, d, &e.to_string()).await,
             Err(e) => after_failure(ctx, conn, d, &e.to_string()).await,
         }
     }
@@ -733,20 +739,7 @@ where
             let fate = match &result {
                 Ok(()) => Fate::Done,
                 Err(e) if (self.outage)(e) => {
-                    // Give the delivery back: the next one gets this number again.
-                    let back = d.delivery - 1;
-                    match stream::take_for_delivery(
-                        &mut conn,
-                        ctx.config,
-                        ctx.key,
-                        &d.raw.stream_id,
-                        back,
-                    )
-                    .await
-                    {
-                        Ok(_) => Fate::Outage(e.to_string()),
-                        Err(redis) => Fate::Lost(Some(redis)),
-                    }
+                    after_outage(ctx, &mut conn, &d, &e.to_string()).await
                 }
                 Err(e) => after_failure(ctx, &mut conn, &d, &e.to_string()).await,
             };

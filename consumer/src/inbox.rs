@@ -22,7 +22,7 @@ use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl, SimpleAsyncC
 use futures::future::BoxFuture;
 
 use crate::config::ConsumerConfig;
-use crate::consumer::{Batch, Consumer, Each, RunStats};
+use crate::consumer::{Batch, Consumer, Each, Process, RunStats};
 use crate::entry::Entry;
 use crate::retry::ErrorLog;
 
@@ -48,6 +48,14 @@ pub enum InboxError<E> {
     /// The effect failed; the transaction was rolled back.
     #[error("{0}")]
     Effect(E),
+}
+
+impl<E> InboxError<E> {
+    /// No connection, or the inbox statement failed: the database's fault, not the entry's
+    /// (the delivery is not counted).
+    pub fn is_outage(&self) -> bool {
+        matches!(self, InboxError::Pool(_) | InboxError::Db(_))
+    }
 }
 
 impl<E> From<diesel::result::Error> for InboxError<E> {
@@ -268,13 +276,20 @@ impl Consumer {
             }
             Ok::<(), InboxError<E>>(())
         };
-        // No connection, or the inbox statement failed: the database's fault, not the entry's.
-        let each = Each::with_outages(handler, |e: &InboxError<E>| {
-            matches!(e, InboxError::Pool(_) | InboxError::Db(_))
-        });
+        let each = Each::with_outages(handler, InboxError::is_outage);
+        self.run_with_retention(&each, pool, shutdown).await
+    }
+
+    /// Runs `process` beside the inbox retention until `shutdown`.
+    async fn run_with_retention<P: Process>(
+        &self,
+        process: &P,
+        pool: &PgPool,
+        shutdown: impl Future<Output = ()>,
+    ) -> RunStats {
         tokio::select! {
             biased;
-            stats = self.run_with(&each, shutdown) => stats,
+            stats = self.run_with(process, shutdown) => stats,
             never = retention_loop(pool, self.config()) => match never {},
         }
     }
@@ -311,13 +326,7 @@ impl Consumer {
             }
             Ok::<(), InboxError<E>>(())
         };
-        let batch = Batch::with_outages(handler, |e: &InboxError<E>| {
-            matches!(e, InboxError::Pool(_) | InboxError::Db(_))
-        });
-        tokio::select! {
-            biased;
-            stats = self.run_with(&batch, shutdown) => stats,
-            never = retention_loop(pool, self.config()) => match never {},
-        }
+        let batch = Batch::with_outages(handler, InboxError::is_outage);
+        self.run_with_retention(&batch, pool, shutdown).await
     }
 }
