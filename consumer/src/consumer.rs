@@ -14,6 +14,7 @@
 use std::collections::{HashMap, HashSet};
 use std::fmt::Display;
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::pin::pin;
 use std::time::{Duration, Instant};
 
@@ -112,7 +113,7 @@ impl Consumer {
         shutdown: impl Future<Output = ()>,
     ) -> RunStats {
         let mut shutdown = pin!(shutdown.fuse());
-        let mut state = LoopState::new(&self.config);
+        let mut state = LoopState::new();
         let ctx = Ctx {
             config: &self.config,
             key: &self.key,
@@ -382,7 +383,7 @@ struct LoopState {
 }
 
 impl LoopState {
-    fn new(_config: &ConsumerConfig) -> LoopState {
+    fn new() -> LoopState {
         LoopState {
             group_ready: false,
             // A restart under the same name finishes what it held first.
@@ -444,11 +445,7 @@ pub(crate) struct Delivery {
 
 impl Delivery {
     fn new(raw: RawEntry, delivery: u64, take: bool) -> Delivery {
-        let parsed = Entry::from_fields(
-            raw.stream_id.clone(),
-            raw.fields.iter().map(|(k, v)| (k, v)),
-        )
-        .map(|mut e| {
+        let parsed = Entry::from_pairs(raw.stream_id.clone(), &raw.fields).map(|mut e| {
             e.deliveries = delivery;
             e
         });
@@ -635,7 +632,16 @@ where
         let Ok(entry) = &d.parsed else {
             return Fate::Lost(None);
         };
-        match (self.handler)(entry.clone()).await {
+        let handled = AssertUnwindSafe((self.handler)(entry.clone()))
+            .catch_unwind()
+            .await;
+        let handled = match handled {
+            Ok(result) => result,
+            Err(panic) => {
+                return after_failure(ctx, conn, d, &panic_message(panic.as_ref())).await;
+            }
+        };
+        match handled {
             Ok(()) => Fate::Done,
             Err(e) if (self.outage)(&e) => {
                 tracing::debug!(stream_id = %d.raw.stream_id, error = %e, "handler hit an outage: not counted as a delivery");
@@ -660,16 +666,14 @@ where
     E: Display,
 {
     async fn process(&self, ctx: &Ctx<'_>, lanes: Vec<Vec<Delivery>>) -> Vec<Outcome> {
-        {
-            futures::stream::iter(lanes)
-                .map(|lane| self.lane(ctx, lane))
-                .buffer_unordered(ctx.config.concurrency)
-                .collect::<Vec<Vec<Outcome>>>()
-                .await
-                .into_iter()
-                .flatten()
-                .collect()
-        }
+        futures::stream::iter(lanes)
+            .map(|lane| self.lane(ctx, lane))
+            .buffer_unordered(ctx.config.concurrency)
+            .collect::<Vec<Vec<Outcome>>>()
+            .await
+            .into_iter()
+            .flatten()
+            .collect()
     }
 }
 
@@ -683,42 +687,51 @@ where
     E: Display,
 {
     async fn process(&self, ctx: &Ctx<'_>, lanes: Vec<Vec<Delivery>>) -> Vec<Outcome> {
-        {
-            let mut conn = ctx.conn.clone();
-            let mut all: Vec<Delivery> = lanes.into_iter().flatten().collect();
-            all.sort_by_key(|d| stream_id_order(&d.raw.stream_id));
-            let mut out = Vec::new();
-            let mut batch = Vec::new();
-            for d in all {
-                match before_handling(ctx, &mut conn, &d).await {
-                    Some(fate) => out.push(Outcome {
-                        stream_id: d.raw.stream_id,
-                        fate,
-                    }),
-                    None => batch.push(d),
-                }
-            }
-            if batch.is_empty() {
-                return out;
-            }
-            let entries: Vec<Entry> = batch
-                .iter()
-                .filter_map(|d| d.parsed.as_ref().ok().cloned())
-                .collect();
-            let result = (self.0)(entries).await;
-            for d in batch {
-                let fate = match &result {
-                    Ok(()) => Fate::Done,
-                    Err(e) => after_failure(ctx, &mut conn, &d, &e.to_string()).await,
-                };
-                out.push(Outcome {
+        let mut conn = ctx.conn.clone();
+        let mut all: Vec<Delivery> = lanes.into_iter().flatten().collect();
+        all.sort_by_key(|d| stream_id_order(&d.raw.stream_id));
+        let mut out = Vec::new();
+        let mut batch = Vec::new();
+        for d in all {
+            match before_handling(ctx, &mut conn, &d).await {
+                Some(fate) => out.push(Outcome {
                     stream_id: d.raw.stream_id,
                     fate,
-                });
+                }),
+                None => batch.push(d),
             }
-            out
         }
+        if batch.is_empty() {
+            return out;
+        }
+        let entries: Vec<Entry> = batch
+            .iter()
+            .filter_map(|d| d.parsed.as_ref().ok().cloned())
+            .collect();
+        let result = (self.0)(entries).await;
+        for d in batch {
+            let fate = match &result {
+                Ok(()) => Fate::Done,
+                Err(e) => after_failure(ctx, &mut conn, &d, &e.to_string()).await,
+            };
+            out.push(Outcome {
+                stream_id: d.raw.stream_id,
+                fate,
+            });
+        }
+        out
     }
+}
+
+/// A handler's panic, as the error of its failed delivery: a panicking handler fails its
+/// entry (retried, then dead-lettered) instead of taking the consumer down.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    let text = panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a non-text payload".to_string());
+    format!("handler panicked: {text}")
 }
 
 /// A stream id `ms-seq` as a sortable pair (ids that do not parse sort first).

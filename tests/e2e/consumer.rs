@@ -399,3 +399,34 @@ async fn a_malformed_entry_is_dead_lettered_and_its_key_flows_on() {
     assert_eq!(dead[0]["group"], GROUP);
     assert_eq!(group_pending(&redis, "mixed", GROUP).await.0, 0);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_panicking_handler_fails_its_entry_and_the_consumer_goes_on() {
+    let redis = TestRedis::shared();
+    let id = xadd_event(&redis, "panics", Some("k"), &serde_json::json!({"n": 1})).await;
+    let deliveries: Arc<Mutex<Vec<u64>>> = Arc::default();
+    let stop = Arc::new(tokio::sync::Notify::new());
+    let consumer = Consumer::new(library_config(&redis, "panics", "solo")).expect("config");
+    let run = consumer.run(
+        |entry: Entry| {
+            let (deliveries, stop) = (deliveries.clone(), stop.clone());
+            async move {
+                deliveries.lock().expect("lock").push(entry.deliveries);
+                assert!(entry.deliveries > 1, "first delivery panics (on purpose)");
+                assert_eq!(entry.id, id);
+                stop.notify_one();
+                Ok::<(), String>(())
+            }
+        },
+        {
+            let stop = stop.clone();
+            async move { stop.notified().await }
+        },
+    );
+    let stats = tokio::time::timeout(Duration::from_secs(30), run)
+        .await
+        .expect("handled on the second delivery");
+    assert_eq!(*deliveries.lock().expect("lock"), vec![1, 2]);
+    assert_eq!((stats.failed, stats.handled), (1, 1));
+    assert_eq!(group_pending(&redis, "panics", GROUP).await.0, 0);
+}
