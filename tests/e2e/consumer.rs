@@ -430,3 +430,55 @@ async fn a_panicking_handler_fails_its_entry_and_the_consumer_goes_on() {
     assert_eq!((stats.failed, stats.handled), (1, 1));
     assert_eq!(group_pending(&redis, "panics", GROUP).await.0, 0);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_consumer_outlives_a_redis_restart_that_lost_its_group() {
+    let mut server = OwnRedis::start();
+    let redis = TestRedis::on(&server.url());
+    let first = xadd_event(&redis, "outage", None, &serde_json::json!({"n": 1})).await;
+    let seen: Arc<Mutex<Vec<uuid::Uuid>>> = Arc::default();
+    let seen_changed = Arc::new(tokio::sync::Notify::new());
+    let stop = Arc::new(tokio::sync::Notify::new());
+    let consumer = Consumer::new(library_config(&redis, "outage", "solo")).expect("config");
+    let run = tokio::spawn({
+        let (seen, seen_changed, stop) = (seen.clone(), seen_changed.clone(), stop.clone());
+        async move {
+            consumer
+                .run(
+                    |entry: Entry| {
+                        let (seen, seen_changed) = (seen.clone(), seen_changed.clone());
+                        async move {
+                            seen.lock().expect("lock").push(entry.id);
+                            seen_changed.notify_one();
+                            Ok::<(), String>(())
+                        }
+                    },
+                    async move { stop.notified().await },
+                )
+                .await
+        }
+    });
+    tokio::time::timeout(Duration::from_secs(30), seen_changed.notified())
+        .await
+        .expect("the first entry handled");
+    // Down long enough for several failed reads; back without its data (no persistence):
+    // the stream and the group are gone.
+    server.stop();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    server.restart();
+    let second = xadd_event(&redis, "outage", None, &serde_json::json!({"n": 2})).await;
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while seen.lock().expect("lock").len() < 2 {
+            seen_changed.notified().await;
+        }
+    })
+    .await
+    .expect("the entry written after the restart handled");
+    stop.notify_one();
+    let stats = tokio::time::timeout(Duration::from_secs(30), run)
+        .await
+        .expect("stops on shutdown")
+        .expect("no panic");
+    assert_eq!(*seen.lock().expect("lock"), vec![first, second]);
+    assert_eq!(stats.handled, 2);
+}
