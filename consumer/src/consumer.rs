@@ -12,6 +12,7 @@
 //! `max_deliveries` knows its holders kept dying on it and dead-letters it unhandled.
 
 use std::collections::{HashMap, HashSet};
+use std::convert::Infallible;
 use std::fmt::Display;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
@@ -276,7 +277,16 @@ impl Consumer {
         process: &P,
         lanes: Vec<Vec<Delivery>>,
     ) -> redis::RedisResult<()> {
-        let outcomes = process.process(ctx, lanes).await;
+        let in_hand: Vec<String> = lanes
+            .iter()
+            .flatten()
+            .map(|d| d.raw.stream_id.clone())
+            .collect();
+        let outcomes = tokio::select! {
+            biased;
+            outcomes = process.process(ctx, lanes) => outcomes,
+            never = keep_claimed(&self.config, &self.key, self.conn.clone(), in_hand) => match never {},
+        };
         let mut done = Vec::new();
         let mut redis_error = None;
         let mut outage_error = None;
@@ -348,6 +358,28 @@ impl Consumer {
         match redis_error {
             Some(e) => Err(e),
             None => Ok(()),
+        }
+    }
+}
+
+/// While a batch's handlers run, restarts the idle time of its entries every third of
+/// `claim_idle`, so that a handler slower than `claim_idle` does not get its entries claimed
+/// by another consumer (which would handle them a second time, and out of key order).
+async fn keep_claimed(
+    config: &ConsumerConfig,
+    key: &str,
+    mut conn: ConnectionManager,
+    ids: Vec<String>,
+) -> Infallible {
+    let every = config.claim_idle / 3;
+    let mut failures = ErrorLog::new(Duration::from_secs(30));
+    loop {
+        tokio::time::sleep(every).await;
+        // Entries idle less than half a period were just claimed by someone else: leave them.
+        if let Err(e) = stream::keep_idle_low(&mut conn, config, key, &ids, every / 2).await {
+            if let Some(suppressed) = failures.admit(Instant::now()) {
+                tracing::warn!(error = %e, suppressed, "could not refresh the entries in hand; another consumer may claim them");
+            }
         }
     }
 }
