@@ -649,3 +649,119 @@ async fn a_handler_slower_than_claim_idle_keeps_its_entries() {
         "{handled:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_postgres_outage_of_the_inbox_burns_no_delivery() {
+    // The consumer's database is a server of its own (not the outbox's): stopped, restarted.
+    let pg = OwnPostgres::start();
+    let effects = TestDb::at(&pg.url());
+    let redis = TestRedis::shared();
+    for n in 0..5 {
+        xadd_event(&redis, "t0", Some("k"), &serde_json::json!({ "n": n })).await;
+    }
+    let consumer = ExampleConsumer::spawn(
+        &effects,
+        &redis,
+        "t0",
+        GROUP,
+        "steady",
+        &["--max-deliveries", "2", "--retry-base", "50ms"],
+    );
+    wait_settled(&effects, &redis, "t0", 5, 0).await;
+    pg.stop();
+    for n in 5..10 {
+        xadd_event(&redis, "t0", Some("k"), &serde_json::json!({ "n": n })).await;
+    }
+    // The consumer meets the outage (its log says so) before the database comes back.
+    wait_until(Duration::from_secs(60), || async {
+        match consumer.log().contains("handler failed on an outage") {
+            true => Ok(()),
+            false => Err(consumer.log()),
+        }
+    })
+    .await;
+    pg.restart();
+    wait_settled(&effects, &redis, "t0", 10, 0).await;
+    assert_eq!(
+        effects.scalar("SELECT count(*) FROM example_effects").await,
+        10,
+        "each event applied once"
+    );
+    assert!(
+        !consumer.log().contains("dead-lettered"),
+        "{}",
+        consumer.log()
+    );
+}
+
+/// A Redis client over TLS with `ca` trusted and `client` as its certificate.
+async fn tls_conn(url: &str, ca: &TestCa, client: &Issued) -> redis::aio::MultiplexedConnection {
+    let read = |p: &std::path::Path| std::fs::read(p).expect("read a test certificate");
+    let certs = redis::TlsCertificates {
+        client_tls: Some(redis::ClientTlsConfig {
+            client_cert: read(&client.cert),
+            client_key: read(&client.key),
+        }),
+        root_cert: Some(read(&ca.cert)),
+    };
+    redis::Client::build_with_tls(url, certs)
+        .expect("tls client")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect over tls")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_consumer_reads_over_mutual_tls_with_its_ca_and_client_certificate() {
+    let ca = TestCa::new("consumer-test-ca");
+    let server = OwnRedis::start_tls(&ca.server("redis", "localhost"), Some(&ca.cert));
+    let client = ca.client("consumer", "outbox-consumer");
+    let url = server.tls_url();
+    let config = ConsumerConfig::new(&url, "secure", GROUP)
+        .consumer("tls")
+        .block(Duration::from_millis(200))
+        .tls_files(
+            Some(ca.cert.clone()),
+            Some(client.cert.clone()),
+            Some(client.key.clone()),
+        );
+    // Also installs the process's rustls crypto provider, which the test's client needs.
+    let consumer = Consumer::new(config).expect("config");
+    let mut conn = tls_conn(&url, &ca, &client).await;
+    let id = uuid::Uuid::new_v4();
+    let _: String = redis::AsyncCommands::xadd(
+        &mut conn,
+        "outbox:secure",
+        "*",
+        &[
+            ("id", id.to_string().as_str()),
+            ("topic", "secure"),
+            ("payload", "{}"),
+            ("headers", "{}"),
+            ("created_at", "2026-12-02T13:57:01.123456Z"),
+        ],
+    )
+    .await
+    .expect("xadd over tls");
+    let seen = Arc::new(Mutex::new(None));
+    let stop = Arc::new(tokio::sync::Notify::new());
+    let run = consumer.run(
+        |entry: Entry| {
+            let (seen, stop) = (seen.clone(), stop.clone());
+            async move {
+                *seen.lock().expect("lock") = Some(entry.id);
+                stop.notify_one();
+                Ok::<(), String>(())
+            }
+        },
+        {
+            let stop = stop.clone();
+            async move { stop.notified().await }
+        },
+    );
+    let stats = tokio::time::timeout(Duration::from_secs(30), run)
+        .await
+        .expect("the entry read over TLS");
+    assert_eq!(*seen.lock().expect("lock"), Some(id));
+    assert_eq!(stats.handled, 1);
+}
