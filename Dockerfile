@@ -19,22 +19,24 @@ ARG RUST_VERSION=1.95
 FROM rust:${RUST_VERSION}-slim-bookworm AS build
 WORKDIR /src
 
-# 1. Dependencies only, cached until Cargo.toml or Cargo.lock change: build the locked
+# 1. Dependencies only, cached until the manifests or Cargo.lock change: build the locked
 #    dependency graph against stub targets. (If the crate gains targets declared in
 #    Cargo.toml with explicit paths, or workspace members, stub them here too.)
 COPY Cargo.toml Cargo.lock ./
-RUN mkdir src \
+COPY consumer/Cargo.toml consumer/
+RUN mkdir src consumer/src \
  && echo 'fn main() {}' > src/main.rs \
- && touch src/lib.rs \
+ && touch src/lib.rs consumer/src/lib.rs \
  && cargo build --release --locked \
- && rm -rf src
+ && rm -rf src consumer/src
 
-# 2. The crate itself. build.rs, migrations/ (embedded at compile time) and the UI's static
-#    assets (include_str!) come with the sources; .dockerignore keeps the rest out.
+# 2. The crate itself and the workspace's consumer/ crate. build.rs, migrations/ (embedded at
+#    compile time; the consumer crate includes the inbox's) and the UI's static assets
+#    (include_str!) come with the sources; .dockerignore keeps the rest out.
 COPY . .
 # COPY keeps the sources' modification times, which may be older than the stubs' build:
 # touch them so cargo rebuilds the crate rather than keep the stub.
-RUN touch src/main.rs src/lib.rs \
+RUN touch src/main.rs src/lib.rs consumer/src/lib.rs \
  && cargo build --release --locked \
  && cp target/release/outbox-relay /outbox-relay
 

@@ -24,8 +24,8 @@ demo: services ## run the product on local defaults: its own database, sample ev
 TEST_FEATURES := --features test-hooks
 
 test: services browser k8s-check ## run every test against the local Postgres and Redis (UI tests in headless Chromium)
-	cargo build --all-targets $(TEST_FEATURES)
-	cargo test $(TEST_FEATURES) --no-fail-fast -- --test-threads=4
+	cargo build --workspace --all-targets $(TEST_FEATURES)
+	cargo test --workspace $(TEST_FEATURES) --no-fail-fast -- --test-threads=4
 
 test-ui: services browser ## only the web UI tests (the `ui` module of tests/e2e)
 	cargo test --test e2e ui::
@@ -39,8 +39,9 @@ bench: services ## measure speed (release build): drain, latency, replicas, hot 
 
 lint: ## formatting and clippy, warnings as errors
 	cargo fmt --all -- --check
-	cargo clippy --all-targets -- -D warnings
-	cargo clippy --all-targets $(TEST_FEATURES) -- -D warnings
+	cargo clippy --workspace --all-targets -- -D warnings
+	cargo clippy --workspace --all-targets $(TEST_FEATURES) -- -D warnings
+	cargo clippy -p outbox-consumer --no-default-features --all-targets -- -D warnings
 
 fmt: ## format the code
 	cargo fmt --all

@@ -138,9 +138,12 @@ def build_context():
         parts = rel.split("/")
         return any(fnmatch.fnmatch("/".join(parts[:i]), p) for p in patterns for i in range(1, len(parts) + 1))
 
+    manifest = tomllib.load(open(os.path.join(ROOT, "Cargo.toml"), "rb"))
+    members = [m for m in manifest.get("workspace", {}).get("members", []) if m != "."]
     needed = ["Cargo.toml", "Cargo.lock", "build.rs", "src/main.rs", "src/lib.rs", "migrations"]
-    src = os.path.join(ROOT, "src")
-    for dirpath, _, files in os.walk(src):
+    needed += [f"{m}/Cargo.toml" for m in members] + [f"{m}/src/lib.rs" for m in members]
+    for dirpath, _, files in [w for top in ["src"] + [f"{m}/src" for m in members]
+                              for w in os.walk(os.path.join(ROOT, top))]:
         for name in files:
             if not name.endswith(".rs"):
                 continue
@@ -154,15 +157,20 @@ def build_context():
             fail(f"build context: {rel} is read by the build but does not exist")
         elif ignored(rel):
             fail(f".dockerignore excludes {rel}, which the build reads")
-    manifest = tomllib.load(open(os.path.join(ROOT, "Cargo.toml"), "rb"))
     # The Dockerfile builds the dependencies against stubs of src/main.rs and src/lib.rs with
-    # only Cargo.toml and Cargo.lock copied: other targets or local crates need stubs there too.
-    if "workspace" in manifest:
-        fail("Cargo.toml has a [workspace]: the Dockerfile's dependency step copies only Cargo.toml and Cargo.lock; copy the members' manifests and stub them")
+    # only the manifests and Cargo.lock copied: workspace members and path dependencies need
+    # their manifest copied and their lib stubbed there too.
+    dockerfile_text = open(os.path.join(ROOT, "Dockerfile")).read()
+    local = set(members)
     for section in ("dependencies", "build-dependencies"):
         for name, spec in manifest.get(section, {}).items():
             if isinstance(spec, dict) and "path" in spec:
-                fail(f"Cargo.toml: {name} is a path dependency: the Dockerfile's dependency step must copy it")
+                local.add(spec["path"].strip("/"))
+    for crate in sorted(local):
+        if not re.search(rf"COPY\s+{re.escape(crate)}/Cargo\.toml\s", dockerfile_text):
+            fail(f"Cargo.toml: {crate} is a workspace member or path dependency: the Dockerfile's dependency step must COPY {crate}/Cargo.toml")
+        if f"{crate}/src/lib.rs" not in dockerfile_text:
+            fail(f"Cargo.toml: {crate} needs a stub {crate}/src/lib.rs in the Dockerfile's dependency step")
     for kind in ("bin", "example", "test", "bench"):
         for target in manifest.get(kind, []):
             path = target.get("path")

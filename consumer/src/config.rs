@@ -32,7 +32,9 @@ pub struct ConsumerConfig {
     /// shutdown waits for the read in progress.
     pub block: Duration,
     /// Entries another consumer has held unacknowledged this long are claimed by this one
-    /// (XAUTOCLAIM): their consumer is taken for dead. Longer than your slowest handler.
+    /// (XAUTOCLAIM): their consumer is taken for dead. A live consumer keeps the entries it
+    /// is handling from being claimed (it refreshes their idle time every third of this), so
+    /// slow handlers are fine; this is how long a dead or frozen consumer's entries wait.
     pub claim_idle: Duration,
     /// Deliveries after which a failing entry goes to the dead stream `<stream><topic>:dead`.
     pub max_deliveries: u64,

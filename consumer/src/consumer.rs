@@ -12,8 +12,10 @@
 //! `max_deliveries` knows its holders kept dying on it and dead-letters it unhandled.
 
 use std::collections::{HashMap, HashSet};
+use std::convert::Infallible;
 use std::fmt::Display;
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::pin::pin;
 use std::time::{Duration, Instant};
 
@@ -112,7 +114,7 @@ impl Consumer {
         shutdown: impl Future<Output = ()>,
     ) -> RunStats {
         let mut shutdown = pin!(shutdown.fuse());
-        let mut state = LoopState::new(&self.config);
+        let mut state = LoopState::new();
         let ctx = Ctx {
             config: &self.config,
             key: &self.key,
@@ -275,7 +277,16 @@ impl Consumer {
         process: &P,
         lanes: Vec<Vec<Delivery>>,
     ) -> redis::RedisResult<()> {
-        let outcomes = process.process(ctx, lanes).await;
+        let in_hand: Vec<String> = lanes
+            .iter()
+            .flatten()
+            .map(|d| d.raw.stream_id.clone())
+            .collect();
+        let outcomes = tokio::select! {
+            biased;
+            outcomes = process.process(ctx, lanes) => outcomes,
+            never = keep_claimed(&self.config, &self.key, self.conn.clone(), in_hand) => match never {},
+        };
         let mut done = Vec::new();
         let mut redis_error = None;
         let mut outage_error = None;
@@ -351,6 +362,28 @@ impl Consumer {
     }
 }
 
+/// While a batch's handlers run, restarts the idle time of its entries every third of
+/// `claim_idle`, so that a handler slower than `claim_idle` does not get its entries claimed
+/// by another consumer (which would handle them a second time, and out of key order).
+async fn keep_claimed(
+    config: &ConsumerConfig,
+    key: &str,
+    mut conn: ConnectionManager,
+    ids: Vec<String>,
+) -> Infallible {
+    let every = config.claim_idle / 3;
+    let mut failures = ErrorLog::new(Duration::from_secs(30));
+    loop {
+        tokio::time::sleep(every).await;
+        // Entries idle less than half a period were just claimed by someone else: leave them.
+        if let Err(e) = stream::keep_idle_low(&mut conn, config, key, &ids, every / 2).await {
+            if let Some(suppressed) = failures.admit(Instant::now()) {
+                tracing::warn!(error = %e, suppressed, "could not refresh the entries in hand; another consumer may claim them");
+            }
+        }
+    }
+}
+
 /// How often to look for entries abandoned by dead consumers.
 fn claim_every(config: &ConsumerConfig) -> Duration {
     (config.claim_idle / 2).clamp(Duration::from_millis(100), Duration::from_secs(30))
@@ -382,7 +415,7 @@ struct LoopState {
 }
 
 impl LoopState {
-    fn new(_config: &ConsumerConfig) -> LoopState {
+    fn new() -> LoopState {
         LoopState {
             group_ready: false,
             // A restart under the same name finishes what it held first.
@@ -444,11 +477,7 @@ pub(crate) struct Delivery {
 
 impl Delivery {
     fn new(raw: RawEntry, delivery: u64, take: bool) -> Delivery {
-        let parsed = Entry::from_fields(
-            raw.stream_id.clone(),
-            raw.fields.iter().map(|(k, v)| (k, v)),
-        )
-        .map(|mut e| {
+        let parsed = Entry::from_pairs(raw.stream_id.clone(), &raw.fields).map(|mut e| {
             e.deliveries = delivery;
             e
         });
@@ -651,7 +680,16 @@ where
         let Ok(entry) = &d.parsed else {
             return Fate::Lost(None);
         };
-        match (self.handler)(entry.clone()).await {
+        let handled = AssertUnwindSafe((self.handler)(entry.clone()))
+            .catch_unwind()
+            .await;
+        let handled = match handled {
+            Ok(result) => result,
+            Err(panic) => {
+                return after_failure(ctx, conn, d, &panic_message(panic.as_ref())).await;
+            }
+        };
+        match handled {
             Ok(()) => Fate::Done,
             Err(e) if (self.outage)(&e) => after_outage(ctx, conn, d, &e.to_string()).await,
             Err(e) => after_failure(ctx, conn, d, &e.to_string()).await,
@@ -666,16 +704,14 @@ where
     E: Display,
 {
     async fn process(&self, ctx: &Ctx<'_>, lanes: Vec<Vec<Delivery>>) -> Vec<Outcome> {
-        {
-            futures::stream::iter(lanes)
-                .map(|lane| self.lane(ctx, lane))
-                .buffer_unordered(ctx.config.concurrency)
-                .collect::<Vec<Vec<Outcome>>>()
-                .await
-                .into_iter()
-                .flatten()
-                .collect()
-        }
+        futures::stream::iter(lanes)
+            .map(|lane| self.lane(ctx, lane))
+            .buffer_unordered(ctx.config.concurrency)
+            .collect::<Vec<Vec<Outcome>>>()
+            .await
+            .into_iter()
+            .flatten()
+            .collect()
     }
 }
 
@@ -734,14 +770,20 @@ where
             .iter()
             .filter_map(|d| d.parsed.as_ref().ok().cloned())
             .collect();
-        let result = (self.handler)(entries).await;
+        // The error's text, and whether it is an outage.
+        let result = match AssertUnwindSafe((self.handler)(entries))
+            .catch_unwind()
+            .await
+        {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err((e.to_string(), (self.outage)(&e))),
+            Err(panic) => Err((panic_message(panic.as_ref()), false)),
+        };
         for d in batch {
             let fate = match &result {
                 Ok(()) => Fate::Done,
-                Err(e) if (self.outage)(e) => {
-                    after_outage(ctx, &mut conn, &d, &e.to_string()).await
-                }
-                Err(e) => after_failure(ctx, &mut conn, &d, &e.to_string()).await,
+                Err((e, true)) => after_outage(ctx, &mut conn, &d, e).await,
+                Err((e, false)) => after_failure(ctx, &mut conn, &d, e).await,
             };
             out.push(Outcome {
                 stream_id: d.raw.stream_id,
@@ -750,6 +792,17 @@ where
         }
         out
     }
+}
+
+/// A handler's panic, as the error of its failed delivery: a panicking handler fails its
+/// entry (retried, then dead-lettered) instead of taking the consumer down.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    let text = panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a non-text payload".to_string());
+    format!("handler panicked: {text}")
 }
 
 /// A stream id `ms-seq` as a sortable pair (ids that do not parse sort first).

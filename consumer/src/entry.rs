@@ -107,6 +107,14 @@ impl Entry {
         })
     }
 
+    /// Parses an entry from its fields as pairs, e.g. `&[(String, Value)]`.
+    pub fn from_pairs(
+        stream_id: impl Into<String>,
+        fields: &[(String, Value)],
+    ) -> Result<Entry, EntryError> {
+        Entry::from_fields(stream_id, fields.iter().map(|(k, v)| (k, v)))
+    }
+
     /// Parses one entry of a [`redis::streams::StreamReadReply`] or
     /// [`redis::streams::StreamRangeReply`].
     pub fn from_stream_id(entry: &redis::streams::StreamId) -> Result<Entry, EntryError> {
@@ -184,7 +192,7 @@ mod tests {
     }
 
     fn parse(fields: &[(String, Value)]) -> Result<Entry, EntryError> {
-        Entry::from_fields("1-0", fields.iter().map(|(k, v)| (k, v)))
+        Entry::from_pairs("1-0", fields)
     }
 
     #[test]

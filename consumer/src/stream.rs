@@ -203,6 +203,31 @@ pub(crate) async fn take_for_delivery(
     Ok(!ids.is_empty())
 }
 
+/// Restarts the idle time of entries this consumer holds and is still working on:
+/// `XCLAIM key group consumer <min_idle> id... JUSTID` (no delivery counted). An entry idle
+/// less than `min_idle` is left alone: it was just delivered, possibly to another consumer.
+pub(crate) async fn keep_idle_low(
+    conn: &mut ConnectionManager,
+    config: &ConsumerConfig,
+    key: &str,
+    ids: &[String],
+    min_idle: Duration,
+) -> RedisResult<()> {
+    if ids.is_empty() {
+        return Ok(());
+    }
+    redis::cmd("XCLAIM")
+        .arg(key)
+        .arg(&config.group)
+        .arg(&config.consumer)
+        .arg(min_idle.as_millis() as u64)
+        .arg(ids)
+        .arg("JUSTID")
+        .query_async::<Value>(conn)
+        .await?;
+    Ok(())
+}
+
 /// `XACK key group id...`, in one call.
 pub(crate) async fn ack(
     conn: &mut ConnectionManager,

@@ -20,6 +20,15 @@ diesel::table! {
 }
 
 diesel::table! {
+    outbox_inbox (consumer_group, event_id) {
+        consumer_group -> Text,
+        event_id -> Uuid,
+        topic -> Text,
+        processed_at -> Timestamptz,
+    }
+}
+
+diesel::table! {
     outbox_replicas (instance_id) {
         instance_id -> Text,
         version -> Text,
@@ -70,6 +79,7 @@ diesel::allow_tables_to_appear_in_same_query!(
     outbox,
     outbox_audit,
     outbox_idempotency,
+    outbox_inbox,
     outbox_replicas,
     outbox_topics,
     outbox_wake,

@@ -78,8 +78,15 @@ async fn wait_settled(db: &TestDb, redis: &TestRedis, topic: &str, applied: i64,
         if got == applied && dead_now == dead && pending == 0 {
             Ok(())
         } else {
+            let mut errors: Vec<String> = redis
+                .entries(&format!("{topic}:dead"))
+                .await
+                .into_iter()
+                .map(|e| format!("{} {}: {}", e["id"], e["deliveries"], e["error"]))
+                .collect();
+            errors.truncate(5);
             Err(format!(
-                "applied {got}/{applied}, dead {dead_now}/{dead}, pending {pending}"
+                "applied {got}/{applied}, dead {dead_now}/{dead} {errors:?}, pending {pending}"
             ))
         }
     })
@@ -94,8 +101,10 @@ async fn sigkilled_inbox_consumers_apply_every_event_exactly_once() {
     let args = [
         "--claim-idle",
         "2s",
+        // A kill while an entry is in hand costs it a delivery: a margin so that only the
+        // poison events reach the limit.
         "--max-deliveries",
-        "3",
+        "10",
         "--batch-size",
         "50",
         "--retry-base",
@@ -389,4 +398,370 @@ async fn a_malformed_entry_is_dead_lettered_and_its_key_flows_on() {
     );
     assert_eq!(dead[0]["group"], GROUP);
     assert_eq!(group_pending(&redis, "mixed", GROUP).await.0, 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_panicking_handler_fails_its_entry_and_the_consumer_goes_on() {
+    let redis = TestRedis::shared();
+    let id = xadd_event(&redis, "panics", Some("k"), &serde_json::json!({"n": 1})).await;
+    let deliveries: Arc<Mutex<Vec<u64>>> = Arc::default();
+    let stop = Arc::new(tokio::sync::Notify::new());
+    let consumer = Consumer::new(library_config(&redis, "panics", "solo")).expect("config");
+    let run = consumer.run(
+        |entry: Entry| {
+            let (deliveries, stop) = (deliveries.clone(), stop.clone());
+            async move {
+                deliveries.lock().expect("lock").push(entry.deliveries);
+                assert!(entry.deliveries > 1, "first delivery panics (on purpose)");
+                assert_eq!(entry.id, id);
+                stop.notify_one();
+                Ok::<(), String>(())
+            }
+        },
+        {
+            let stop = stop.clone();
+            async move { stop.notified().await }
+        },
+    );
+    let stats = tokio::time::timeout(Duration::from_secs(30), run)
+        .await
+        .expect("handled on the second delivery");
+    assert_eq!(*deliveries.lock().expect("lock"), vec![1, 2]);
+    assert_eq!((stats.failed, stats.handled), (1, 1));
+    assert_eq!(group_pending(&redis, "panics", GROUP).await.0, 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_consumer_outlives_a_redis_restart_that_lost_its_group() {
+    let mut server = OwnRedis::start();
+    let redis = TestRedis::on(&server.url());
+    let first = xadd_event(&redis, "outage", None, &serde_json::json!({"n": 1})).await;
+    let seen: Arc<Mutex<Vec<uuid::Uuid>>> = Arc::default();
+    let seen_changed = Arc::new(tokio::sync::Notify::new());
+    let stop = Arc::new(tokio::sync::Notify::new());
+    let consumer = Consumer::new(library_config(&redis, "outage", "solo")).expect("config");
+    let run = tokio::spawn({
+        let (seen, seen_changed, stop) = (seen.clone(), seen_changed.clone(), stop.clone());
+        async move {
+            consumer
+                .run(
+                    |entry: Entry| {
+                        let (seen, seen_changed) = (seen.clone(), seen_changed.clone());
+                        async move {
+                            seen.lock().expect("lock").push(entry.id);
+                            seen_changed.notify_one();
+                            Ok::<(), String>(())
+                        }
+                    },
+                    async move { stop.notified().await },
+                )
+                .await
+        }
+    });
+    tokio::time::timeout(Duration::from_secs(30), seen_changed.notified())
+        .await
+        .expect("the first entry handled");
+    // Down long enough for several failed reads; back without its data (no persistence):
+    // the stream and the group are gone.
+    server.stop();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    server.restart();
+    let second = xadd_event(&redis, "outage", None, &serde_json::json!({"n": 2})).await;
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while seen.lock().expect("lock").len() < 2 {
+            seen_changed.notified().await;
+        }
+    })
+    .await
+    .expect("the entry written after the restart handled");
+    stop.notify_one();
+    let stats = tokio::time::timeout(Duration::from_secs(30), run)
+        .await
+        .expect("stops on shutdown")
+        .expect("no panic");
+    assert_eq!(*seen.lock().expect("lock"), vec![first, second]);
+    assert_eq!(stats.handled, 2);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_batch_handler_gets_whole_batches_and_a_failed_batch_again() {
+    let redis = TestRedis::shared();
+    let mut ids = Vec::new();
+    for n in 0..10 {
+        ids.push(xadd_event(&redis, "batches", Some("k"), &serde_json::json!({ "n": n })).await);
+    }
+    let calls: Arc<Mutex<Vec<Vec<(uuid::Uuid, u64)>>>> = Arc::default();
+    let stop = Arc::new(tokio::sync::Notify::new());
+    let consumer = Consumer::new(library_config(&redis, "batches", "solo")).expect("config");
+    let run = consumer.run_batches(
+        |entries: Vec<Entry>| {
+            let (calls, stop) = (calls.clone(), stop.clone());
+            async move {
+                let mut calls = calls.lock().expect("lock");
+                calls.push(entries.iter().map(|e| (e.id, e.deliveries)).collect());
+                if calls.len() == 1 {
+                    return Err("the first batch fails");
+                }
+                stop.notify_one();
+                Ok(())
+            }
+        },
+        {
+            let stop = stop.clone();
+            async move { stop.notified().await }
+        },
+    );
+    let stats = tokio::time::timeout(Duration::from_secs(30), run)
+        .await
+        .expect("the batch handled on its second delivery");
+    let calls = calls.lock().expect("lock").clone();
+    let first: Vec<(uuid::Uuid, u64)> = ids.iter().map(|id| (*id, 1)).collect();
+    let second: Vec<(uuid::Uuid, u64)> = ids.iter().map(|id| (*id, 2)).collect();
+    assert_eq!(
+        calls,
+        vec![first, second],
+        "one batch, in stream order, twice"
+    );
+    assert_eq!((stats.handled, stats.failed), (10, 10));
+    assert_eq!(group_pending(&redis, "batches", GROUP).await.0, 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_inbox_table_on_a_database_of_its_own_and_its_retention() {
+    use outbox_consumer::inbox;
+    // The consumer's own database: not migrated by the relay.
+    let db = TestDb::empty().await;
+    let mut conn = db.conn().await;
+    inbox::ensure_table(&mut conn).await.expect("create");
+    inbox::ensure_table(&mut conn)
+        .await
+        .expect("again: a no-op");
+    db.exec(
+        "INSERT INTO outbox_inbox (consumer_group, event_id, topic, processed_at)
+         SELECT g, gen_random_uuid(), 't', now() - make_interval(days => d)
+         FROM unnest(ARRAY['a', 'b']) AS g, generate_series(0, 9) AS d",
+    )
+    .await;
+    // Older than 5 days, group a only, in batches of 2.
+    let mut deleted = 0;
+    loop {
+        let n = inbox::delete_older_than(&mut conn, "a", Duration::from_secs(5 * 86_400 + 60), 2)
+            .await
+            .expect("delete");
+        deleted += n;
+        if n < 2 {
+            break;
+        }
+    }
+    assert_eq!(deleted, 4, "days 6 to 9 of group a");
+    assert_eq!(
+        db.scalar("SELECT count(*) FROM outbox_inbox WHERE consumer_group = 'a'")
+            .await,
+        6
+    );
+    assert_eq!(
+        db.scalar("SELECT count(*) FROM outbox_inbox WHERE consumer_group = 'b'")
+            .await,
+        10,
+        "another group's rows are its own consumers' business"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_handler_slower_than_claim_idle_keeps_its_entries() {
+    let redis = TestRedis::shared();
+    for n in 0..6 {
+        xadd_event(
+            &redis,
+            "slow",
+            Some(&format!("k{n}")),
+            &serde_json::json!({ "n": n }),
+        )
+        .await;
+    }
+    let handled: Arc<Mutex<Vec<(String, uuid::Uuid)>>> = Arc::default();
+    let all_done = Arc::new(tokio::sync::Notify::new());
+    let stop = Arc::new(tokio::sync::Notify::new());
+    // Two consumers with a 600 ms claim idle; each handler takes 2 s.
+    let config = |name: &str| {
+        library_config(&redis, "slow", name)
+            .claim_idle(Duration::from_millis(600))
+            .batch_size(6)
+    };
+    let mut runs = Vec::new();
+    for name in ["first", "second"] {
+        let consumer = Consumer::new(config(name)).expect("config");
+        let (handled, all_done, stop) = (handled.clone(), all_done.clone(), stop.clone());
+        runs.push(tokio::spawn(async move {
+            consumer
+                .run(
+                    move |entry: Entry| {
+                        let (handled, all_done) = (handled.clone(), all_done.clone());
+                        let name = name.to_string();
+                        async move {
+                            tokio::time::sleep(Duration::from_secs(2)).await;
+                            let mut handled = handled.lock().expect("lock");
+                            handled.push((name, entry.id));
+                            if handled.len() >= 6 {
+                                all_done.notify_one();
+                            }
+                            Ok::<(), String>(())
+                        }
+                    },
+                    async move { stop.notified().await },
+                )
+                .await
+        }));
+        // The first reads the whole batch before the second starts.
+        if name == "first" {
+            wait_until(Duration::from_secs(10), || async {
+                match group_pending(&redis, "slow", GROUP).await.0 {
+                    6 => Ok(()),
+                    n => Err(format!("{n} pending")),
+                }
+            })
+            .await;
+        }
+    }
+    tokio::time::timeout(Duration::from_secs(30), all_done.notified())
+        .await
+        .expect("six entries handled");
+    // Let the second consumer finish a claim round (two happen per claim_idle) before
+    // counting: an entry taken from the first would be handled again by now.
+    wait_until(Duration::from_secs(10), || async {
+        match group_pending(&redis, "slow", GROUP).await.0 {
+            0 => Ok(()),
+            n => Err(format!("{n} pending")),
+        }
+    })
+    .await;
+    stop.notify_waiters();
+    for run in runs {
+        tokio::time::timeout(Duration::from_secs(30), run)
+            .await
+            .expect("stops")
+            .expect("no panic");
+    }
+    let handled = handled.lock().expect("lock").clone();
+    assert_eq!(handled.len(), 6, "an entry handled twice: {handled:?}");
+    assert!(
+        handled.iter().all(|(name, _)| name == "first"),
+        "{handled:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_postgres_outage_of_the_inbox_burns_no_delivery() {
+    // The consumer's database is a server of its own (not the outbox's): stopped, restarted.
+    let pg = OwnPostgres::start();
+    let effects = TestDb::at(&pg.url());
+    let redis = TestRedis::shared();
+    for n in 0..5 {
+        xadd_event(&redis, "t0", Some("k"), &serde_json::json!({ "n": n })).await;
+    }
+    let consumer = ExampleConsumer::spawn(
+        &effects,
+        &redis,
+        "t0",
+        GROUP,
+        "steady",
+        &["--max-deliveries", "2", "--retry-base", "50ms"],
+    );
+    wait_settled(&effects, &redis, "t0", 5, 0).await;
+    pg.stop();
+    for n in 5..10 {
+        xadd_event(&redis, "t0", Some("k"), &serde_json::json!({ "n": n })).await;
+    }
+    // The consumer meets the outage (its log says so) before the database comes back.
+    wait_until(Duration::from_secs(60), || async {
+        match consumer.log().contains("handler failed on an outage") {
+            true => Ok(()),
+            false => Err(consumer.log()),
+        }
+    })
+    .await;
+    pg.restart();
+    wait_settled(&effects, &redis, "t0", 10, 0).await;
+    assert_eq!(
+        effects.scalar("SELECT count(*) FROM example_effects").await,
+        10,
+        "each event applied once"
+    );
+    assert!(
+        !consumer.log().contains("dead-lettered"),
+        "{}",
+        consumer.log()
+    );
+}
+
+/// A Redis client over TLS with `ca` trusted and `client` as its certificate.
+async fn tls_conn(url: &str, ca: &TestCa, client: &Issued) -> redis::aio::MultiplexedConnection {
+    let read = |p: &std::path::Path| std::fs::read(p).expect("read a test certificate");
+    let certs = redis::TlsCertificates {
+        client_tls: Some(redis::ClientTlsConfig {
+            client_cert: read(&client.cert),
+            client_key: read(&client.key),
+        }),
+        root_cert: Some(read(&ca.cert)),
+    };
+    redis::Client::build_with_tls(url, certs)
+        .expect("tls client")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect over tls")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_consumer_reads_over_mutual_tls_with_its_ca_and_client_certificate() {
+    let ca = TestCa::new("consumer-test-ca");
+    let server = OwnRedis::start_tls(&ca.server("redis", "localhost"), Some(&ca.cert));
+    let client = ca.client("consumer", "outbox-consumer");
+    let url = server.tls_url();
+    let config = ConsumerConfig::new(&url, "secure", GROUP)
+        .consumer("tls")
+        .block(Duration::from_millis(200))
+        .tls_files(
+            Some(ca.cert.clone()),
+            Some(client.cert.clone()),
+            Some(client.key.clone()),
+        );
+    // Also installs the process's rustls crypto provider, which the test's client needs.
+    let consumer = Consumer::new(config).expect("config");
+    let mut conn = tls_conn(&url, &ca, &client).await;
+    let id = uuid::Uuid::new_v4();
+    let _: String = redis::AsyncCommands::xadd(
+        &mut conn,
+        "outbox:secure",
+        "*",
+        &[
+            ("id", id.to_string().as_str()),
+            ("topic", "secure"),
+            ("payload", "{}"),
+            ("headers", "{}"),
+            ("created_at", "2026-12-02T13:57:01.123456Z"),
+        ],
+    )
+    .await
+    .expect("xadd over tls");
+    let seen = Arc::new(Mutex::new(None));
+    let stop = Arc::new(tokio::sync::Notify::new());
+    let run = consumer.run(
+        |entry: Entry| {
+            let (seen, stop) = (seen.clone(), stop.clone());
+            async move {
+                *seen.lock().expect("lock") = Some(entry.id);
+                stop.notify_one();
+                Ok::<(), String>(())
+            }
+        },
+        {
+            let stop = stop.clone();
+            async move { stop.notified().await }
+        },
+    );
+    let stats = tokio::time::timeout(Duration::from_secs(30), run)
+        .await
+        .expect("the entry read over TLS");
+    assert_eq!(*seen.lock().expect("lock"), Some(id));
+    assert_eq!(stats.handled, 1);
 }

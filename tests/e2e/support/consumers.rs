@@ -16,11 +16,35 @@ pub fn example_bin() -> PathBuf {
         .parent()
         .expect("the binary's directory");
     let bin = dir.join("examples").join("inbox_consumer");
-    assert!(
-        bin.exists(),
-        "{} is missing: `cargo test` builds examples (or `cargo build --examples`)",
-        bin.display()
-    );
+    // `cargo test` builds the examples, but not `cargo test --test e2e`: a stale binary
+    // would test old code.
+    let built = std::fs::metadata(&bin)
+        .and_then(|m| m.modified())
+        .unwrap_or_else(|_| {
+            panic!(
+                "{} is missing: run `cargo build --examples --features test-hooks` (plain `cargo test` builds it too)",
+                bin.display()
+            )
+        });
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut sources = vec![
+        root.join("examples/inbox_consumer.rs"),
+        root.join("consumer/Cargo.toml"),
+    ];
+    if let Ok(dir) = std::fs::read_dir(root.join("consumer/src")) {
+        sources.extend(dir.filter_map(|e| e.ok()).map(|e| e.path()));
+    }
+    for source in sources {
+        let changed = std::fs::metadata(&source).and_then(|m| m.modified());
+        if let Ok(changed) = changed {
+            assert!(
+                changed <= built,
+                "{} is older than {}: run `cargo build --examples --features test-hooks` first",
+                bin.display(),
+                source.display()
+            );
+        }
+    }
     bin
 }
 
