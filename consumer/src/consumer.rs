@@ -631,6 +631,7 @@ where
     }
 
     /// A handler whose errors `outage` says are outages are retried without counting.
+    #[cfg_attr(not(feature = "inbox"), allow(dead_code))]
     pub(crate) fn with_outages(handler: H, outage: fn(&E) -> bool) -> Self {
         Each { handler, outage }
     }

@@ -490,7 +490,9 @@ async fn a_batch_handler_gets_whole_batches_and_a_failed_batch_again() {
     for n in 0..10 {
         ids.push(xadd_event(&redis, "batches", Some("k"), &serde_json::json!({ "n": n })).await);
     }
-    let calls: Arc<Mutex<Vec<Vec<(uuid::Uuid, u64)>>>> = Arc::default();
+    // Each call's entries as (event id, delivery).
+    type Calls = Vec<Vec<(uuid::Uuid, u64)>>;
+    let calls: Arc<Mutex<Calls>> = Arc::default();
     let stop = Arc::new(tokio::sync::Notify::new());
     let consumer = Consumer::new(library_config(&redis, "batches", "solo")).expect("config");
     let run = consumer.run_batches(
