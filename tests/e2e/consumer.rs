@@ -109,6 +109,9 @@ async fn sigkilled_inbox_consumers_apply_every_event_exactly_once() {
         "50",
         "--retry-base",
         "50ms",
+        // Few database connections each: the killed ones' linger a moment on a shared server.
+        "--concurrency",
+        "4",
     ];
     let mut consumers: Vec<ExampleConsumer> = (0..3)
         .map(|i| ExampleConsumer::spawn(&db, &redis, "t0", GROUP, &format!("c{i}"), &args))
