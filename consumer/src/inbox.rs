@@ -22,8 +22,9 @@ use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl, SimpleAsyncC
 use futures::future::BoxFuture;
 
 use crate::config::ConsumerConfig;
-use crate::consumer::{Consumer, Each, RunStats};
+use crate::consumer::{Consumer, RunStats};
 use crate::entry::Entry;
+use crate::handling::Each;
 use crate::retry::ErrorLog;
 
 /// The table's DDL: the migration of the relay's `migrations/` folder, written with
