@@ -248,6 +248,13 @@ async fn a_poison_event_is_dead_lettered_after_exactly_max_deliveries() {
         .filter(|l| l.contains("handler failed") && l.contains(&original["id"]))
         .count();
     assert_eq!(failures, 4, "{}", consumer.log());
+    let mut consumer = consumer;
+    consumer.terminate();
+    assert_eq!(
+        consumer.wait_exit(Duration::from_secs(15)),
+        Some(0),
+        "SIGTERM: a clean exit"
+    );
 }
 
 /// A consumer on the test's prefix: quick retries, short blocks.
