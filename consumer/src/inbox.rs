@@ -22,8 +22,9 @@ use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl, SimpleAsyncC
 use futures::future::BoxFuture;
 
 use crate::config::ConsumerConfig;
-use crate::consumer::{Batch, Consumer, Each, Process, RunStats};
+use crate::consumer::{Consumer, RunStats};
 use crate::entry::Entry;
+use crate::handling::{Batch, Each, Process};
 use crate::retry::ErrorLog;
 
 /// The table's DDL: the migration of the relay's `migrations/` folder, written with

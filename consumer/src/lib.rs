@@ -8,6 +8,7 @@
 //! | [`entry`] | [`Entry`], one event parsed from a stream entry's fields; its JSON form |
 //! | [`config`] | [`ConsumerConfig`], every setting with its default, validated |
 //! | [`consumer`] | [`Consumer`]: the loop (own pending entries first, then new ones), lanes, acks, dead letters, claims |
+//! | `handling` | one batch: checks before a handler, per-entry lanes or whole batches, retry or dead stream |
 //! | [`lanes`] | splitting a batch by partition key: keys concurrently, one key in order |
 //! | [`retry`] | retry and outage delays with jitter; rate-limited error logs |
 //! | `inbox` (feature `inbox`, on by default) | exactly-once effects: the effect and the `outbox_inbox` row in one Postgres transaction |
@@ -40,6 +41,7 @@
 pub mod config;
 pub mod consumer;
 pub mod entry;
+mod handling;
 #[cfg(feature = "inbox")]
 pub mod inbox;
 pub mod lanes;

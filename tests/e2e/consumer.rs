@@ -109,6 +109,9 @@ async fn sigkilled_inbox_consumers_apply_every_event_exactly_once() {
         "50",
         "--retry-base",
         "50ms",
+        // Few database connections each: the killed ones' linger a moment on a shared server.
+        "--concurrency",
+        "4",
     ];
     let mut consumers: Vec<ExampleConsumer> = (0..3)
         .map(|i| ExampleConsumer::spawn(&db, &redis, "t0", GROUP, &format!("c{i}"), &args))
@@ -245,6 +248,13 @@ async fn a_poison_event_is_dead_lettered_after_exactly_max_deliveries() {
         .filter(|l| l.contains("handler failed") && l.contains(&original["id"]))
         .count();
     assert_eq!(failures, 4, "{}", consumer.log());
+    let mut consumer = consumer;
+    consumer.terminate();
+    assert_eq!(
+        consumer.wait_exit(Duration::from_secs(15)),
+        Some(0),
+        "SIGTERM: a clean exit"
+    );
 }
 
 /// A consumer on the test's prefix: quick retries, short blocks.
@@ -490,7 +500,9 @@ async fn a_batch_handler_gets_whole_batches_and_a_failed_batch_again() {
     for n in 0..10 {
         ids.push(xadd_event(&redis, "batches", Some("k"), &serde_json::json!({ "n": n })).await);
     }
-    let calls: Arc<Mutex<Vec<Vec<(uuid::Uuid, u64)>>>> = Arc::default();
+    // Each call's entries as (event id, delivery).
+    type Calls = Vec<Vec<(uuid::Uuid, u64)>>;
+    let calls: Arc<Mutex<Calls>> = Arc::default();
     let stop = Arc::new(tokio::sync::Notify::new());
     let consumer = Consumer::new(library_config(&redis, "batches", "solo")).expect("config");
     let run = consumer.run_batches(

@@ -1,0 +1,386 @@
+//! Handling one batch: the checks before a handler runs (malformed, over the delivery limit,
+//! still this consumer's), the handler kinds (per entry in lanes, per batch), and what a
+//! failure leads to (a retry, or the dead stream). The loop in [`crate::consumer`] decides
+//! what to read; this decides what becomes of each entry it read.
+
+use std::fmt::Display;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+
+use futures::{FutureExt, StreamExt};
+use redis::aio::ConnectionManager;
+use uuid::Uuid;
+
+use crate::config::ConsumerConfig;
+use crate::entry::{Entry, EntryError};
+use crate::lanes::Keyed;
+use crate::stream::{self, RawEntry};
+
+/// What the lanes share.
+pub(crate) struct Ctx<'a> {
+    pub(crate) config: &'a ConsumerConfig,
+    pub(crate) key: &'a str,
+    pub(crate) conn: ConnectionManager,
+}
+
+/// One delivery of one entry.
+pub(crate) struct Delivery {
+    pub(crate) raw: RawEntry,
+    pub(crate) parsed: Result<Entry, EntryError>,
+    /// This delivery's number (1 the first time).
+    pub(crate) delivery: u64,
+    /// A pending entry: set the group's delivery counter (and check it is still ours)
+    /// before handling it.
+    pub(crate) take: bool,
+    pub(crate) key: Option<String>,
+}
+
+impl Delivery {
+    pub(crate) fn new(raw: RawEntry, delivery: u64, take: bool) -> Delivery {
+        let parsed = Entry::from_pairs(raw.stream_id.clone(), &raw.fields).map(|mut e| {
+            e.deliveries = delivery;
+            e
+        });
+        let key = match &parsed {
+            Ok(e) => e.key.clone(),
+            Err(_) => raw.key_field(),
+        };
+        Delivery {
+            raw,
+            parsed,
+            delivery,
+            take,
+            key,
+        }
+    }
+
+    fn event_id(&self) -> Option<Uuid> {
+        self.parsed.as_ref().ok().map(|e| e.id)
+    }
+}
+
+impl Keyed for Delivery {
+    fn lane_key(&self) -> Option<&str> {
+        self.key.as_deref()
+    }
+}
+
+pub(crate) struct Outcome {
+    pub(crate) stream_id: String,
+    pub(crate) fate: Fate,
+}
+
+pub(crate) enum Fate {
+    /// Handled: acknowledge.
+    Done,
+    /// Moved to the dead stream and acknowledged.
+    DeadLettered,
+    /// The handler failed this delivery; retry later.
+    Failed { delivery: u64 },
+    /// The handler met an outage (not the entry's fault): retry later, uncounted.
+    Outage(String),
+    /// Not handled: an earlier entry of its key did not succeed. `fresh`: read with `>`.
+    HeldBack { fresh: bool },
+    /// No longer this consumer's, or Redis failed before it could be handled.
+    Lost(Option<redis::RedisError>),
+}
+
+/// The part that differs between handler kinds: running a batch's lanes.
+pub(crate) trait Process {
+    async fn process(&self, ctx: &Ctx<'_>, lanes: Vec<Vec<Delivery>>) -> Vec<Outcome>;
+}
+
+/// Checks that need no handler: a malformed entry, or one already delivered more than
+/// `max_deliveries` times, goes to the dead stream; a pending entry is taken for this
+/// delivery. `None`: hand it to the handler.
+async fn before_handling(
+    ctx: &Ctx<'_>,
+    conn: &mut ConnectionManager,
+    d: &Delivery,
+) -> Option<Fate> {
+    let max = ctx.config.max_deliveries;
+    let verdict = match &d.parsed {
+        Err(e) => Some((format!("malformed entry: {e}"), d.delivery)),
+        Ok(_) if d.delivery > max => Some((
+            format!(
+                "delivered {} times without being acknowledged (max_deliveries {max}): the consumers holding it stopped before finishing it; not handled again",
+                d.delivery - 1
+            ),
+            d.delivery - 1,
+        )),
+        Ok(_) => None,
+    };
+    if let Some((error, deliveries)) = verdict {
+        return Some(dead_letter(ctx, conn, d, &error, deliveries).await);
+    }
+    if d.take {
+        match stream::take_for_delivery(conn, ctx.config, ctx.key, &d.raw.stream_id, d.delivery)
+            .await
+        {
+            Ok(true) => {}
+            Ok(false) => return Some(Fate::Lost(None)),
+            Err(e) => return Some(Fate::Lost(Some(e))),
+        }
+    }
+    None
+}
+
+/// The handler failed delivery `d`: retry, or dead-letter at `max_deliveries`.
+async fn after_failure(
+    ctx: &Ctx<'_>,
+    conn: &mut ConnectionManager,
+    d: &Delivery,
+    error: &str,
+) -> Fate {
+    tracing::warn!(
+        stream_id = %d.raw.stream_id, event_id = %d.event_id().map(|id| id.to_string()).unwrap_or_default(), delivery = d.delivery,
+        max_deliveries = ctx.config.max_deliveries, error, "handler failed"
+    );
+    if d.delivery >= ctx.config.max_deliveries {
+        match dead_letter(ctx, conn, d, error, d.delivery).await {
+            Fate::DeadLettered => Fate::DeadLettered,
+            // Still pending: its next delivery finds it over the limit and dead-letters it.
+            other => other,
+        }
+    } else {
+        Fate::Failed {
+            delivery: d.delivery,
+        }
+    }
+}
+
+async fn dead_letter(
+    ctx: &Ctx<'_>,
+    conn: &mut ConnectionManager,
+    d: &Delivery,
+    error: &str,
+    deliveries: u64,
+) -> Fate {
+    match stream::dead_letter(conn, ctx.config, ctx.key, &d.raw, error, deliveries).await {
+        Ok(false) => Fate::Lost(None),
+        Ok(true) => {
+            tracing::warn!(
+                stream_id = %d.raw.stream_id, event_id = %d.event_id().map(|id| id.to_string()).unwrap_or_default(), deliveries, error,
+                dead_stream = %ctx.config.dead_key(), "entry dead-lettered"
+            );
+            Fate::DeadLettered
+        }
+        Err(e) => Fate::Lost(Some(e)),
+    }
+}
+
+/// A handler failed for an outage (its database away), not through the entry's fault: the
+/// delivery is given back, so the next one gets this number again and no attempt is spent.
+async fn after_outage(
+    ctx: &Ctx<'_>,
+    conn: &mut ConnectionManager,
+    d: &Delivery,
+    error: &str,
+) -> Fate {
+    tracing::debug!(stream_id = %d.raw.stream_id, %error, "handler hit an outage: not counted as a delivery");
+    let back = d.delivery - 1;
+    match stream::take_for_delivery(conn, ctx.config, ctx.key, &d.raw.stream_id, back).await {
+        Ok(_) => Fate::Outage(error.to_string()),
+        Err(redis) => Fate::Lost(Some(redis)),
+    }
+}
+
+/// One handler call per entry, lanes concurrently.
+pub(crate) struct Each<H, E> {
+    handler: H,
+    /// Whether a handler error is an outage (its database away), not the entry's fault:
+    /// such a failure is not counted as a delivery.
+    outage: fn(&E) -> bool,
+}
+
+impl<H, Fut, E> Each<H, E>
+where
+    H: Fn(Entry) -> Fut,
+    Fut: Future<Output = Result<(), E>>,
+    E: Display,
+{
+    pub(crate) fn new(handler: H) -> Self {
+        Each {
+            handler,
+            outage: |_| false,
+        }
+    }
+
+    /// A handler whose errors `outage` says are outages are retried without counting.
+    #[cfg_attr(not(feature = "inbox"), allow(dead_code))]
+    pub(crate) fn with_outages(handler: H, outage: fn(&E) -> bool) -> Self {
+        Each { handler, outage }
+    }
+
+    async fn lane(&self, ctx: &Ctx<'_>, lane: Vec<Delivery>) -> Vec<Outcome> {
+        let mut conn = ctx.conn.clone();
+        let mut out = Vec::with_capacity(lane.len());
+        let mut blocked = false;
+        for d in lane {
+            let fate = if blocked {
+                Fate::HeldBack { fresh: !d.take }
+            } else {
+                self.one(ctx, &mut conn, &d).await
+            };
+            if !matches!(fate, Fate::Done | Fate::DeadLettered) {
+                // Later entries of this key wait: handling them now would reorder the key.
+                blocked = true;
+            }
+            out.push(Outcome {
+                stream_id: d.raw.stream_id,
+                fate,
+            });
+        }
+        out
+    }
+
+    async fn one(&self, ctx: &Ctx<'_>, conn: &mut ConnectionManager, d: &Delivery) -> Fate {
+        if let Some(fate) = before_handling(ctx, conn, d).await {
+            return fate;
+        }
+        let Ok(entry) = &d.parsed else {
+            return Fate::Lost(None);
+        };
+        let handled = AssertUnwindSafe((self.handler)(entry.clone()))
+            .catch_unwind()
+            .await;
+        let handled = match handled {
+            Ok(result) => result,
+            Err(panic) => {
+                return after_failure(ctx, conn, d, &panic_message(panic.as_ref())).await;
+            }
+        };
+        match handled {
+            Ok(()) => Fate::Done,
+            Err(e) if (self.outage)(&e) => after_outage(ctx, conn, d, &e.to_string()).await,
+            Err(e) => after_failure(ctx, conn, d, &e.to_string()).await,
+        }
+    }
+}
+
+impl<H, Fut, E> Process for Each<H, E>
+where
+    H: Fn(Entry) -> Fut,
+    Fut: Future<Output = Result<(), E>>,
+    E: Display,
+{
+    async fn process(&self, ctx: &Ctx<'_>, lanes: Vec<Vec<Delivery>>) -> Vec<Outcome> {
+        futures::stream::iter(lanes)
+            .map(|lane| self.lane(ctx, lane))
+            .buffer_unordered(ctx.config.concurrency)
+            .collect::<Vec<Vec<Outcome>>>()
+            .await
+            .into_iter()
+            .flatten()
+            .collect()
+    }
+}
+
+/// One handler call per batch, all or nothing.
+pub(crate) struct Batch<H, E> {
+    handler: H,
+    /// Whether a handler error is an outage: the batch is retried without counting a
+    /// delivery (as [`Each`]).
+    outage: fn(&E) -> bool,
+}
+
+impl<H, Fut, E> Batch<H, E>
+where
+    H: Fn(Vec<Entry>) -> Fut,
+    Fut: Future<Output = Result<(), E>>,
+    E: Display,
+{
+    pub(crate) fn new(handler: H) -> Self {
+        Batch {
+            handler,
+            outage: |_| false,
+        }
+    }
+
+    /// A handler whose errors `outage` says are outages are retried without counting.
+    #[cfg_attr(not(feature = "inbox"), allow(dead_code))]
+    pub(crate) fn with_outages(handler: H, outage: fn(&E) -> bool) -> Self {
+        Batch { handler, outage }
+    }
+}
+
+impl<H, Fut, E> Process for Batch<H, E>
+where
+    H: Fn(Vec<Entry>) -> Fut,
+    Fut: Future<Output = Result<(), E>>,
+    E: Display,
+{
+    async fn process(&self, ctx: &Ctx<'_>, lanes: Vec<Vec<Delivery>>) -> Vec<Outcome> {
+        let mut conn = ctx.conn.clone();
+        let mut all: Vec<Delivery> = lanes.into_iter().flatten().collect();
+        all.sort_by_key(|d| stream_id_order(&d.raw.stream_id));
+        let mut out = Vec::new();
+        let mut batch = Vec::new();
+        for d in all {
+            match before_handling(ctx, &mut conn, &d).await {
+                Some(fate) => out.push(Outcome {
+                    stream_id: d.raw.stream_id,
+                    fate,
+                }),
+                None => batch.push(d),
+            }
+        }
+        if batch.is_empty() {
+            return out;
+        }
+        let entries: Vec<Entry> = batch
+            .iter()
+            .filter_map(|d| d.parsed.as_ref().ok().cloned())
+            .collect();
+        // The error's text, and whether it is an outage.
+        let result = match AssertUnwindSafe((self.handler)(entries))
+            .catch_unwind()
+            .await
+        {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err((e.to_string(), (self.outage)(&e))),
+            Err(panic) => Err((panic_message(panic.as_ref()), false)),
+        };
+        for d in batch {
+            let fate = match &result {
+                Ok(()) => Fate::Done,
+                Err((e, true)) => after_outage(ctx, &mut conn, &d, e).await,
+                Err((e, false)) => after_failure(ctx, &mut conn, &d, e).await,
+            };
+            out.push(Outcome {
+                stream_id: d.raw.stream_id,
+                fate,
+            });
+        }
+        out
+    }
+}
+
+/// A handler's panic, as the error of its failed delivery: a panicking handler fails its
+/// entry (retried, then dead-lettered) instead of taking the consumer down.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    let text = panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a non-text payload".to_string());
+    format!("handler panicked: {text}")
+}
+
+/// A stream id `ms-seq` as a sortable pair (ids that do not parse sort first).
+fn stream_id_order(id: &str) -> (u64, u64) {
+    let (ms, seq) = id.split_once('-').unwrap_or((id, "0"));
+    (ms.parse().unwrap_or(0), seq.parse().unwrap_or(0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stream_ids_sort_numerically() {
+        let mut ids = vec!["10-0", "9-1", "9-0", "100-0"];
+        ids.sort_by_key(|id| stream_id_order(id));
+        assert_eq!(ids, vec!["9-0", "9-1", "10-0", "100-0"]);
+    }
+}
