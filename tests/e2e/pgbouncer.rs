@@ -7,17 +7,23 @@
 
 use crate::support::*;
 
-/// No statement of the relay failed: through a transaction pooler, a statement split over two
-/// server connections fails (`prepared statement "s12" does not exist`), a heartbeat or a
-/// claim with it.
+/// No statement of the relay failed through the pooler: a statement split over two server
+/// connections fails (`prepared statement "s12" does not exist`), a heartbeat or a claim with
+/// it. A statement cancelled by the lease's `statement_timeout` is the lease at work on a
+/// loaded machine, not the pooler's doing.
 fn assert_no_postgres_errors(relay: &RelayProc) {
     let log = relay.log();
-    for error in [
-        "postgres query failed",
-        "postgres unavailable",
-        "postgres connection failed",
-    ] {
-        assert!(!log.contains(error), "{error} in the relay's log:\n{log}");
+    for line in log.lines() {
+        for error in [
+            "postgres query failed",
+            "postgres unavailable",
+            "postgres connection failed",
+        ] {
+            assert!(
+                !line.contains(error) || line.contains("due to statement timeout"),
+                "{error} in the relay's log:\n{log}"
+            );
+        }
     }
 }
 

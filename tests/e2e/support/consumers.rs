@@ -3,11 +3,12 @@
 //! way the relay writes them.
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 
 use redis::AsyncCommands;
 use uuid::Uuid;
 
+use super::process::Logged;
 use super::{TestDb, TestRedis, BIN};
 
 /// `target/<profile>/examples/inbox_consumer`, built by `cargo test` beside the relay binary.
@@ -51,8 +52,20 @@ pub fn example_bin() -> PathBuf {
 /// A running `inbox_consumer` example.
 pub struct ExampleConsumer {
     pub name: String,
-    child: Child,
-    log: PathBuf,
+    process: Logged,
+}
+
+impl std::ops::Deref for ExampleConsumer {
+    type Target = Logged;
+    fn deref(&self) -> &Logged {
+        &self.process
+    }
+}
+
+impl std::ops::DerefMut for ExampleConsumer {
+    fn deref_mut(&mut self) -> &mut Logged {
+        &mut self.process
+    }
 }
 
 impl ExampleConsumer {
@@ -70,60 +83,19 @@ impl ExampleConsumer {
             "inbox-consumer-{name}-{}.log",
             Uuid::new_v4().simple()
         ));
-        let file = std::fs::File::create(&log).expect("log file");
-        let child = Command::new(example_bin())
-            .args(["--topic", topic, "--group", group, "--consumer", name])
+        let mut cmd = Command::new(example_bin());
+        cmd.args(["--topic", topic, "--group", group, "--consumer", name])
             .args(args)
             .env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())
             .env("DATABASE_URL", &db.url)
             .env("REDIS_URL", &redis.url)
             .env("OUTBOX__REDIS__STREAM_PREFIX", &redis.prefix)
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(file)
-            .spawn()
-            .expect("spawn inbox_consumer");
+            .env("RUST_LOG", "info");
         ExampleConsumer {
             name: name.to_string(),
-            child,
-            log,
+            process: Logged::spawn(cmd, log),
         }
-    }
-
-    /// What it has logged so far.
-    pub fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    pub fn kill9(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-
-    pub fn terminate(&self) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-    }
-
-    /// Waits for exit; the exit code (None on timeout or signal).
-    pub fn wait_exit(&mut self, timeout: std::time::Duration) -> Option<i32> {
-        let deadline = std::time::Instant::now() + timeout;
-        while std::time::Instant::now() < deadline {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                return status.code();
-            }
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
-        None
-    }
-}
-
-impl Drop for ExampleConsumer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

@@ -10,6 +10,7 @@ mod db;
 mod events;
 mod http;
 mod pgbouncer;
+mod process;
 mod redis;
 mod relay;
 mod tls;

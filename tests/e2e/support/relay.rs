@@ -2,9 +2,10 @@
 //! answer, killed with SIGKILL (or stopped with SIGTERM); and [`TokenRelay`], a relay with
 //! admin tokens on a database and key prefix of its own, for the API and UI tests.
 
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
+use super::process::Logged;
 use super::{form, free_port, Http, TestDb, TestRedis};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_outbox-relay");
@@ -19,8 +20,20 @@ pub const READ_ONLY_TOKEN: &str = "l00k-only";
 /// A running `outbox-relay run` process.
 pub struct RelayProc {
     pub admin_port: u16,
-    pub child: Child,
-    log: std::path::PathBuf,
+    process: Logged,
+}
+
+impl std::ops::Deref for RelayProc {
+    type Target = Logged;
+    fn deref(&self) -> &Logged {
+        &self.process
+    }
+}
+
+impl std::ops::DerefMut for RelayProc {
+    fn deref_mut(&mut self) -> &mut Logged {
+        &mut self.process
+    }
 }
 
 /// Settings every test relay gets, tuned for quick tests.
@@ -49,29 +62,18 @@ impl RelayProc {
     /// free port, its log in the temp dir (`relay-<name>-<port>.log`).
     pub fn spawn(name: &str, env: &[(String, String)]) -> RelayProc {
         let admin_port = free_port();
-        let log_path = std::env::temp_dir().join(format!("relay-{name}-{admin_port}.log"));
-        let log = std::fs::File::create(&log_path).expect("log file");
-        let child = Command::new(BIN)
-            .arg("run")
+        let log = std::env::temp_dir().join(format!("relay-{name}-{admin_port}.log"));
+        let mut cmd = Command::new(BIN);
+        cmd.arg("run")
             .env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())
             .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .env("OUTBOX__ADMIN__ADDR", format!("127.0.0.1:{admin_port}"))
-            .env("OUTBOX__INSTANCE_ID", name)
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("spawn relay");
+            .env("OUTBOX__INSTANCE_ID", name);
         RelayProc {
             admin_port,
-            child,
-            log: log_path,
+            process: Logged::spawn(cmd, log),
         }
-    }
-
-    /// What it has written to stderr so far.
-    pub fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -98,36 +100,6 @@ impl RelayProc {
         self.http()
             .wait_metric(OUTAGE_CYCLES, |got| got > n, timeout)
             .await
-    }
-
-    pub fn kill9(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-
-    pub fn terminate(&self) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-    }
-
-    /// Waits for exit; returns the exit code (None on timeout or signal).
-    pub fn wait_exit(&mut self, timeout: Duration) -> Option<i32> {
-        let deadline = Instant::now() + timeout;
-        while Instant::now() < deadline {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                return status.code();
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        None
-    }
-}
-
-impl Drop for RelayProc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
