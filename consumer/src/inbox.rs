@@ -25,6 +25,7 @@ use crate::config::ConsumerConfig;
 use crate::consumer::{Consumer, RunStats};
 use crate::entry::Entry;
 use crate::handling::{Batch, Each, Process};
+use crate::prepared::prepared;
 use crate::retry::ErrorLog;
 
 /// The table's DDL: the migration of the relay's `migrations/` folder, written with
@@ -104,13 +105,15 @@ where
     E: Send,
 {
     conn.transaction(async |c| {
-        let inserted = diesel::sql_query(
-            "INSERT INTO outbox_inbox (consumer_group, event_id, topic) VALUES ($1, $2, $3)
-             ON CONFLICT DO NOTHING",
+        let inserted = prepared(
+            diesel::sql_query(
+                "INSERT INTO outbox_inbox (consumer_group, event_id, topic) VALUES ($1, $2, $3)
+                 ON CONFLICT DO NOTHING",
+            )
+            .bind::<Text, _>(group)
+            .bind::<diesel::sql_types::Uuid, _>(entry.id)
+            .bind::<Text, _>(&entry.topic),
         )
-        .bind::<Text, _>(group)
-        .bind::<diesel::sql_types::Uuid, _>(entry.id)
-        .bind::<Text, _>(&entry.topic)
         .execute(c)
         .await?;
         if inserted == 0 {
@@ -145,14 +148,16 @@ where
     let topics: Vec<&str> = entries.iter().map(|e| e.topic.as_str()).collect();
     conn.transaction(async |c| {
         // DO NOTHING also skips an id repeated within the batch (the first one is inserted).
-        let new: Vec<New> = diesel::sql_query(
-            "INSERT INTO outbox_inbox (consumer_group, event_id, topic)
-             SELECT $1, id, topic FROM unnest($2::uuid[], $3::text[]) AS t(id, topic)
-             ON CONFLICT DO NOTHING RETURNING event_id",
+        let new: Vec<New> = prepared(
+            diesel::sql_query(
+                "INSERT INTO outbox_inbox (consumer_group, event_id, topic)
+                 SELECT $1, id, topic FROM unnest($2::uuid[], $3::text[]) AS t(id, topic)
+                 ON CONFLICT DO NOTHING RETURNING event_id",
+            )
+            .bind::<Text, _>(group)
+            .bind::<diesel::sql_types::Array<diesel::sql_types::Uuid>, _>(&ids)
+            .bind::<diesel::sql_types::Array<Text>, _>(&topics),
         )
-        .bind::<Text, _>(group)
-        .bind::<diesel::sql_types::Array<diesel::sql_types::Uuid>, _>(&ids)
-        .bind::<diesel::sql_types::Array<Text>, _>(&topics)
         .load(c)
         .await?;
         let mut new: std::collections::HashSet<uuid::Uuid> =

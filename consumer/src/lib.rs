@@ -12,6 +12,7 @@
 //! | [`lanes`] | splitting a batch by partition key: keys concurrently, one key in order |
 //! | [`retry`] | retry and outage delays with jitter; rate-limited error logs |
 //! | `inbox` (feature `inbox`, on by default) | exactly-once effects: the effect and the `outbox_inbox` row in one Postgres transaction |
+//! | `prepared` (feature `inbox`) | raw SQL a connection keeps prepared (the inbox's, yours, the relay's) |
 //!
 //! Delivery is at least once: an entry is acknowledged only after its handler returned `Ok`,
 //! so a crash in between redelivers it. Make effects idempotent, or use
@@ -45,6 +46,8 @@ mod handling;
 #[cfg(feature = "inbox")]
 pub mod inbox;
 pub mod lanes;
+#[cfg(feature = "inbox")]
+pub mod prepared;
 pub mod retry;
 mod stream;
 

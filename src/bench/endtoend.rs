@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use diesel::sql_types::{Array, Timestamptz, Uuid as SqlUuid};
 use diesel_async::pooled_connection::AsyncDieselConnectionManager;
 use diesel_async::{AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
+use outbox_consumer::prepared::prepared;
 use outbox_consumer::{Consumer, ConsumerConfig, Entry};
 use tokio::sync::watch;
 
@@ -85,7 +86,12 @@ async fn consume(
     stopped: watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
     let manager = AsyncDieselConnectionManager::<AsyncPgConnection>::new(url);
-    let pool = bb8::Pool::builder().max_size(8).build(manager).await?;
+    // No ping before each checkout: the transaction itself finds a dead connection.
+    let pool = bb8::Pool::builder()
+        .max_size(8)
+        .test_on_check_out(false)
+        .build(manager)
+        .await?;
     let consumers = (0..TOPICS)
         .map(|t| {
             let config = ConsumerConfig::new(redis_url, format!("bench.topic{t}"), GROUP)
@@ -108,12 +114,14 @@ async fn consume(
                 let created: Vec<chrono::DateTime<chrono::Utc>> =
                     entries.iter().map(|e| e.created_at).collect();
                 Box::pin(async move {
-                    diesel::sql_query(
-                        "INSERT INTO bench_effects (event_id, created_at)
-                         SELECT * FROM unnest($1::uuid[], $2::timestamptz[])",
+                    prepared(
+                        diesel::sql_query(
+                            "INSERT INTO bench_effects (event_id, created_at)
+                             SELECT * FROM unnest($1::uuid[], $2::timestamptz[])",
+                        )
+                        .bind::<Array<SqlUuid>, _>(ids)
+                        .bind::<Array<Timestamptz>, _>(created),
                     )
-                    .bind::<Array<SqlUuid>, _>(ids)
-                    .bind::<Array<Timestamptz>, _>(created)
                     .execute(conn)
                     .await
                     .map(|_| ())
