@@ -18,15 +18,18 @@ pub struct ConsumerConfig {
     pub tls_client_key_file: Option<PathBuf>,
     /// The relay's `redis.stream_prefix`: the stream is `<stream_prefix><topic>`.
     pub stream_prefix: String,
-    /// The topic to consume.
-    pub topic: String,
+    /// The topics to consume, one stream each: one XREADGROUP reads all of them, so a batch
+    /// (and a batch handler's transaction) can hold events of several topics. Partition keys
+    /// are per topic: one key's events of one topic are handled in stream order.
+    pub topics: Vec<String>,
     /// The consumer group; created (from the start of the stream) when missing.
     pub group: String,
     /// This consumer's name in the group. Keep it across restarts of the same process slot
     /// (a pod name) so a restart finds and finishes its own pending entries at once, instead
     /// of after `claim_idle`. Default: `<hostname>-<pid>`.
     pub consumer: String,
-    /// Entries read per XREADGROUP (its COUNT).
+    /// Entries read per XREADGROUP (its COUNT, which Redis applies per stream: a read over
+    /// several topics returns up to this many of each).
     pub batch_size: usize,
     /// How long one XREADGROUP waits for new entries (its BLOCK); also bounds how long a
     /// shutdown waits for the read in progress.
@@ -36,7 +39,8 @@ pub struct ConsumerConfig {
     /// is handling from being claimed (it refreshes their idle time every third of this), so
     /// slow handlers are fine; this is how long a dead or frozen consumer's entries wait.
     pub claim_idle: Duration,
-    /// Deliveries after which a failing entry goes to the dead stream `<stream><topic>:dead`.
+    /// Deliveries after which a failing entry goes to its topic's dead stream
+    /// `<stream_prefix><topic>:dead`.
     pub max_deliveries: u64,
     /// Lanes (partition keys, or unkeyed entries) handled at once.
     pub concurrency: usize,
@@ -78,7 +82,7 @@ impl ConsumerConfig {
             tls_client_cert_file: None,
             tls_client_key_file: None,
             stream_prefix: "outbox:".into(),
-            topic: topic.into(),
+            topics: vec![topic.into()],
             group: group.into(),
             consumer: default_consumer_name(),
             batch_size: 100,
@@ -93,6 +97,12 @@ impl ConsumerConfig {
         }
     }
 
+    /// Sets [`ConsumerConfig::topics`]: this consumer reads all of them (the topic given to
+    /// [`ConsumerConfig::new`] is replaced).
+    pub fn topics<T: Into<String>>(mut self, topics: impl IntoIterator<Item = T>) -> Self {
+        self.topics = topics.into_iter().map(Into::into).collect();
+        self
+    }
     /// Sets [`ConsumerConfig::stream_prefix`].
     pub fn stream_prefix(mut self, prefix: impl Into<String>) -> Self {
         self.stream_prefix = prefix.into();
@@ -152,14 +162,17 @@ impl ConsumerConfig {
         self
     }
 
-    /// The stream's key: `<stream_prefix><topic>`.
-    pub fn stream_key(&self) -> String {
-        format!("{}{}", self.stream_prefix, self.topic)
+    /// The keys of the topics' streams: `<stream_prefix><topic>` each.
+    pub fn stream_keys(&self) -> Vec<String> {
+        self.topics
+            .iter()
+            .map(|topic| format!("{}{topic}", self.stream_prefix))
+            .collect()
     }
 
-    /// The dead stream's key: `<stream_prefix><topic>:dead`.
-    pub fn dead_key(&self) -> String {
-        format!("{}{}:dead", self.stream_prefix, self.topic)
+    /// The key of a topic's dead stream: `<stream_prefix><topic>:dead`.
+    pub fn dead_key(&self, topic: &str) -> String {
+        format!("{}{topic}:dead", self.stream_prefix)
     }
 
     /// Checks every field; the error names the first bad one.
@@ -185,13 +198,16 @@ impl ConsumerConfig {
                 "the client certificate and key go together: set both or neither",
             );
         }
-        if self.topic.is_empty()
-            || self
-                .topic
-                .chars()
-                .any(|c| c.is_whitespace() || c.is_control())
-        {
-            return bad("topic", "1 or more characters, no whitespace");
+        if self.topics.is_empty() {
+            return bad("topics", "at least one topic");
+        }
+        for (i, topic) in self.topics.iter().enumerate() {
+            if topic.is_empty() || topic.chars().any(|c| c.is_whitespace() || c.is_control()) {
+                return bad("topics", "each 1 or more characters, no whitespace");
+            }
+            if self.topics[..i].contains(topic) {
+                return bad("topics", "each topic once");
+            }
         }
         for (setting, value) in [("group", &self.group), ("consumer", &self.consumer)] {
             if value.is_empty() || value.chars().any(|c| c.is_whitespace() || c.is_control()) {
@@ -248,8 +264,11 @@ mod tests {
     fn defaults_are_valid_and_keys_follow_the_prefix() {
         let c = ConsumerConfig::new("redis://127.0.0.1", "order.created", "billing");
         assert_eq!(c.validate(), Ok(()));
-        assert_eq!(c.stream_key(), "outbox:order.created");
-        assert_eq!(c.dead_key(), "outbox:order.created:dead");
+        assert_eq!(c.stream_keys(), vec!["outbox:order.created"]);
+        assert_eq!(c.dead_key("order.created"), "outbox:order.created:dead");
+        let several = c.clone().topics(["a", "b"]).stream_prefix("p:");
+        assert_eq!(several.validate(), Ok(()));
+        assert_eq!(several.stream_keys(), vec!["p:a", "p:b"]);
         assert!(c.consumer.ends_with(&format!("-{}", std::process::id())));
     }
 
@@ -279,6 +298,18 @@ mod tests {
         assert_eq!(
             c().consumer("a b").validate().map_err(|e| e.setting),
             Err("consumer")
+        );
+        assert_eq!(
+            c().topics(Vec::<String>::new())
+                .validate()
+                .map_err(|e| e.setting),
+            Err("topics")
+        );
+        assert_eq!(
+            c().topics(["a", "b", "a"])
+                .validate()
+                .map_err(|e| e.setting),
+            Err("topics")
         );
     }
 }

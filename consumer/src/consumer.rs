@@ -16,6 +16,7 @@ use std::convert::Infallible;
 use std::fmt::Display;
 use std::future::Future;
 use std::pin::pin;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::future::FusedFuture;
@@ -27,7 +28,7 @@ use crate::entry::Entry;
 use crate::handling::{Batch, Ctx, Delivery, Each, Fate, Process};
 use crate::lanes;
 use crate::retry::{self, ErrorLog};
-use crate::stream::{self, ConnectError};
+use crate::stream::{self, ConnectError, EntryRef};
 
 /// Why a consumer could not be built. Nothing after that is fatal: outages are retried.
 #[derive(Debug, thiserror::Error)]
@@ -52,12 +53,14 @@ pub struct RunStats {
     pub dead_lettered: u64,
 }
 
-/// A member of a consumer group on one topic's stream. Build it with [`Consumer::new`], then
-/// call one of the `run` methods with a handler and a shutdown future.
+/// A member of a consumer group on the streams of one or more topics
+/// ([`ConsumerConfig::topics`]). Build it with [`Consumer::new`], then call one of the `run`
+/// methods with a handler and a shutdown future.
 pub struct Consumer {
     config: ConsumerConfig,
     conn: ConnectionManager,
-    key: String,
+    /// The topics' streams, in the order of `config.topics`.
+    keys: Vec<Arc<str>>,
 }
 
 impl Consumer {
@@ -65,8 +68,8 @@ impl Consumer {
     pub fn new(config: ConsumerConfig) -> Result<Consumer, ConsumerError> {
         config.validate()?;
         let conn = stream::connect(&config)?;
-        let key = config.stream_key();
-        Ok(Consumer { config, conn, key })
+        let keys = config.stream_keys().into_iter().map(Arc::from).collect();
+        Ok(Consumer { config, conn, keys })
     }
 
     /// The settings in use.
@@ -90,7 +93,8 @@ impl Consumer {
     }
 
     /// Runs until `shutdown` completes, calling `handler` with each batch's entries (in
-    /// stream order; keeping per-key order inside a batch is the handler's part). A batch is
+    /// stream order, the topics' entries merged by stream id; keeping per-key order inside a
+    /// batch is the handler's part). A batch is
     /// all or nothing: `Ok` acknowledges every entry, `Err` retries every entry, and each
     /// one is dead-lettered after `max_deliveries`. Use [`Consumer::run`] when one bad entry
     /// must not take its batch to the dead stream.
@@ -116,11 +120,11 @@ impl Consumer {
         let mut state = LoopState::new();
         let ctx = Ctx {
             config: &self.config,
-            key: &self.key,
             conn: self.conn.clone(),
         };
+        let streams = self.keys.join(",");
         tracing::info!(
-            stream = %self.key, group = %self.config.group, consumer = %self.config.consumer,
+            %streams, group = %self.config.group, consumer = %self.config.consumer,
             "consumer started"
         );
         loop {
@@ -151,22 +155,27 @@ impl Consumer {
                 }
             }
         }
-        // Whatever was handled but could not be acknowledged gets one more try.
+        // What was handled since the last read, or could not be acknowledged, is now.
         if !state.unacked.is_empty() {
             let mut conn = self.conn.clone();
-            if let Err(e) = stream::ack(&mut conn, &self.config, &self.key, &state.unacked).await {
-                tracing::warn!(error = %e, count = state.unacked.len(), "acknowledgements lost at shutdown: those entries will be redelivered");
+            match stream::ack(&mut conn, &self.config, &state.unacked).await {
+                Ok(()) => state.stats.handled += state.unacked.len() as u64,
+                Err(e) => {
+                    tracing::warn!(error = %e, count = state.unacked.len(), "acknowledgements lost at shutdown: those entries will be redelivered")
+                }
             }
         }
         tracing::info!(
-            stream = %self.key, group = %self.config.group, consumer = %self.config.consumer,
+            %streams, group = %self.config.group, consumer = %self.config.consumer,
             handled = state.stats.handled, "consumer stopped"
         );
         state.stats
     }
 
-    /// One step of the loop: flush acknowledgements, claim from dead consumers when due,
-    /// then handle own pending entries, or else read new ones.
+    /// One step of the loop: claim from dead consumers when due, then handle own pending
+    /// entries, or else read new ones. Entries handled in the last step are acknowledged
+    /// in the same round trip as the next read, or before anything that lists pending
+    /// entries (which must not find them).
     async fn turn<P: Process>(
         &self,
         ctx: &Ctx<'_>,
@@ -176,25 +185,36 @@ impl Consumer {
     ) -> redis::RedisResult<Turn> {
         let config = &self.config;
         if !state.group_ready {
-            stream::ensure_group(conn, &self.key, &config.group).await?;
+            for key in &self.keys {
+                stream::ensure_group(conn, key, &config.group).await?;
+            }
             state.group_ready = true;
         }
-        if !state.unacked.is_empty() {
-            stream::ack(conn, config, &self.key, &state.unacked).await?;
+        let now = Instant::now();
+        let claim_due = now >= state.next_claim;
+        if !state.unacked.is_empty() && (state.maybe_pending || claim_due) {
+            stream::ack(conn, config, &state.unacked).await?;
             state.stats.handled += state.unacked.len() as u64;
             state.unacked.clear();
         }
-        let now = Instant::now();
-        if now >= state.next_claim {
-            let claimed = stream::claim_abandoned(conn, config, &self.key).await?;
-            state.next_claim = now + claim_every(config);
-            if claimed > 0 {
-                tracing::info!(claimed, stream = %self.key, "claimed entries idle longer than claim_idle from other consumers");
-                state.maybe_pending = true;
+        if claim_due {
+            for key in &self.keys {
+                let claimed = stream::claim_abandoned(conn, config, key).await?;
+                if claimed > 0 {
+                    tracing::info!(claimed, stream = %key, "claimed entries idle longer than claim_idle from other consumers");
+                    state.maybe_pending = true;
+                }
             }
+            state.next_claim = now + claim_every(config);
         }
         if state.maybe_pending {
-            let pending = stream::pending_mine(conn, config, &self.key).await?;
+            let mut pending = Vec::new();
+            for key in &self.keys {
+                let mine = stream::pending_mine(conn, config, key).await?;
+                if !mine.is_empty() {
+                    pending.push((key.clone(), mine));
+                }
+            }
             if !pending.is_empty() {
                 return self.pending_turn(ctx, conn, state, process, pending).await;
             }
@@ -202,7 +222,9 @@ impl Consumer {
             state.retry_at.clear();
             state.fresh_unattempted.clear();
         }
-        let raw = stream::read_new(conn, config, &self.key).await?;
+        let raw = stream::read_new(conn, config, &self.keys, &state.unacked).await?;
+        state.stats.handled += state.unacked.len() as u64;
+        state.unacked.clear();
         if raw.is_empty() {
             return Ok(Turn::Again);
         }
@@ -210,91 +232,93 @@ impl Consumer {
             .into_iter()
             .map(|raw| Delivery::new(raw, 1, false))
             .collect();
-        self.handle(ctx, conn, state, process, lanes::group(deliveries))
+        self.handle(ctx, state, process, lanes::group(deliveries))
             .await?;
         Ok(Turn::Again)
     }
 
-    /// Handles this consumer's pending entries: the lanes whose entries are not waiting out
-    /// a retry delay; or says how long to wait when all of them are.
+    /// Handles this consumer's pending entries (per stream, oldest first): the lanes whose
+    /// entries are not waiting out a retry delay; or says how long to wait when all of them
+    /// are.
     async fn pending_turn<P: Process>(
         &self,
         ctx: &Ctx<'_>,
         conn: &mut ConnectionManager,
         state: &mut LoopState,
         process: &P,
-        pending: Vec<(String, u64)>,
+        pending: Vec<(Arc<str>, Vec<stream::Pending>)>,
     ) -> redis::RedisResult<Turn> {
-        let ids: Vec<String> = pending.iter().map(|(id, _)| id.clone()).collect();
-        let fetched = stream::fetch(conn, &self.key, &ids).await?;
         let mut gone = Vec::new();
         let mut deliveries = Vec::new();
-        for ((id, count), raw) in pending.into_iter().zip(fetched) {
-            let Some(raw) = raw else {
-                gone.push(id);
-                continue;
-            };
-            // Read with `>` and held back behind its key, never handled: not a new delivery.
-            let fresh = count == 1 && state.fresh_unattempted.contains(&id);
-            let delivery = if fresh { 1 } else { count + 1 };
-            deliveries.push(Delivery::new(raw, delivery, !fresh));
+        for (key, mine) in pending {
+            let ids: Vec<String> = mine.iter().map(|(id, _)| id.clone()).collect();
+            let fetched = stream::fetch(conn, &key, &ids).await?;
+            for ((id, count), raw) in mine.into_iter().zip(fetched) {
+                let Some(raw) = raw else {
+                    gone.push(EntryRef {
+                        stream: key.clone(),
+                        id,
+                    });
+                    continue;
+                };
+                // Read with `>` and held back behind its key, never handled: not a new delivery.
+                let fresh = count == 1 && state.fresh_unattempted.contains(&raw.at());
+                let delivery = if fresh { 1 } else { count + 1 };
+                deliveries.push(Delivery::new(raw, delivery, !fresh));
+            }
         }
         if !gone.is_empty() {
-            tracing::warn!(count = gone.len(), stream = %self.key, "pending entries no longer in the stream (trimmed or deleted): acknowledged without handling");
-            stream::ack(conn, &self.config, &self.key, &gone).await?;
+            tracing::warn!(count = gone.len(), "pending entries no longer in their stream (trimmed or deleted): acknowledged without handling");
+            stream::ack(conn, &self.config, &gone).await?;
         }
         let now = Instant::now();
         let (ready, waiting): (Vec<Vec<Delivery>>, Vec<Vec<Delivery>>) =
             lanes::group(deliveries).into_iter().partition(|lane| {
-                lane.iter().all(|d| {
-                    state
-                        .retry_at
-                        .get(&d.raw.stream_id)
-                        .is_none_or(|t| *t <= now)
-                })
+                lane.iter()
+                    .all(|d| state.retry_at.get(&d.raw.at()).is_none_or(|t| *t <= now))
             });
         if ready.is_empty() {
             let earliest = waiting
                 .iter()
                 .flatten()
-                .filter_map(|d| state.retry_at.get(&d.raw.stream_id))
+                .filter_map(|d| state.retry_at.get(&d.raw.at()))
                 .min()
                 .copied()
                 .unwrap_or(now);
             return Ok(Turn::Wait(earliest.min(state.next_claim)));
         }
-        self.handle(ctx, conn, state, process, ready).await?;
+        self.handle(ctx, state, process, ready).await?;
         Ok(Turn::Again)
     }
 
-    /// Runs the lanes, then acknowledges the successes in one call and records the rest.
+    /// Runs the lanes, then records the successes for acknowledgement (with the next read)
+    /// and the rest for a retry.
     async fn handle<P: Process>(
         &self,
         ctx: &Ctx<'_>,
-        conn: &mut ConnectionManager,
         state: &mut LoopState,
         process: &P,
         lanes: Vec<Vec<Delivery>>,
     ) -> redis::RedisResult<()> {
-        let in_hand: Vec<String> = lanes
-            .iter()
-            .flatten()
-            .map(|d| d.raw.stream_id.clone())
-            .collect();
+        let in_hand: Vec<EntryRef> = lanes.iter().flatten().map(|d| d.raw.at()).collect();
         let outcomes = tokio::select! {
             biased;
             outcomes = process.process(ctx, lanes) => outcomes,
-            never = keep_claimed(&self.config, &self.key, self.conn.clone(), in_hand) => match never {},
+            never = keep_claimed(&self.config, self.conn.clone(), in_hand) => match never {},
         };
         let mut done = Vec::new();
         let mut redis_error = None;
         let mut outage_error = None;
         for outcome in outcomes {
+            if !matches!(outcome.fate, Fate::HeldBack { .. }) {
+                // Attempted now: its next delivery is counted from the group's counter.
+                state.fresh_unattempted.remove(&outcome.at);
+            }
             match outcome.fate {
-                Fate::Done => done.push(outcome.stream_id),
+                Fate::Done => done.push(outcome.at),
                 Fate::DeadLettered => {
                     state.stats.dead_lettered += 1;
-                    state.retry_at.remove(&outcome.stream_id);
+                    state.retry_at.remove(&outcome.at);
                 }
                 Fate::Failed { delivery } => {
                     state.stats.failed += 1;
@@ -305,22 +329,18 @@ impl Consumer {
                         self.config.retry_max,
                         retry::jitter(),
                     );
-                    state
-                        .retry_at
-                        .insert(outcome.stream_id, Instant::now() + delay);
+                    state.retry_at.insert(outcome.at, Instant::now() + delay);
                 }
                 Fate::Outage(error) => {
                     state.maybe_pending = true;
                     outage_error = Some(error);
                     let delay = retry::outage_delay(1).max(Duration::from_secs(1));
-                    state
-                        .retry_at
-                        .insert(outcome.stream_id, Instant::now() + delay);
+                    state.retry_at.insert(outcome.at, Instant::now() + delay);
                 }
                 Fate::HeldBack { fresh } => {
                     state.maybe_pending = true;
                     if fresh {
-                        state.fresh_unattempted.insert(outcome.stream_id);
+                        state.fresh_unattempted.insert(outcome.at);
                     }
                 }
                 Fate::Lost(e) => {
@@ -333,16 +353,8 @@ impl Consumer {
         }
         for id in &done {
             state.retry_at.remove(id);
-            state.fresh_unattempted.remove(id);
         }
-        if let Err(e) = stream::ack(conn, &self.config, &self.key, &done).await {
-            // Handled already: acknowledge at the next turn (a redelivery meanwhile is what
-            // the inbox is for).
-            state.unacked.extend(done);
-            state.maybe_pending = true;
-            return Err(e);
-        }
-        state.stats.handled += done.len() as u64;
+        state.unacked.extend(done);
         if let Some(error) = outage_error {
             if let Some(suppressed) = state.handler_outages.admit(Instant::now()) {
                 tracing::warn!(
@@ -366,16 +378,15 @@ impl Consumer {
 /// by another consumer (which would handle them a second time, and out of key order).
 async fn keep_claimed(
     config: &ConsumerConfig,
-    key: &str,
     mut conn: ConnectionManager,
-    ids: Vec<String>,
+    refs: Vec<EntryRef>,
 ) -> Infallible {
     let every = config.claim_idle / 3;
     let mut failures = ErrorLog::new(Duration::from_secs(30));
     loop {
         tokio::time::sleep(every).await;
         // Entries idle less than half a period were just claimed by someone else: leave them.
-        if let Err(e) = stream::keep_idle_low(&mut conn, config, key, &ids, every / 2).await {
+        if let Err(e) = stream::keep_idle_low(&mut conn, config, &refs, every / 2).await {
             if let Some(suppressed) = failures.admit(Instant::now()) {
                 tracing::warn!(error = %e, suppressed, "could not refresh the entries in hand; another consumer may claim them");
             }
@@ -400,12 +411,12 @@ struct LoopState {
     group_ready: bool,
     /// This consumer may have pending entries: look before reading new ones.
     maybe_pending: bool,
-    /// Handled, not yet acknowledged (the XACK failed).
-    unacked: Vec<String>,
+    /// Handled, not yet acknowledged (waiting for the next read, or the XACK failed).
+    unacked: Vec<EntryRef>,
     /// When each failed entry may be delivered again.
-    retry_at: HashMap<String, Instant>,
+    retry_at: HashMap<EntryRef, Instant>,
     /// Read with `>`, then held back behind an earlier failure of their key.
-    fresh_unattempted: HashSet<String>,
+    fresh_unattempted: HashSet<EntryRef>,
     next_claim: Instant,
     outage_failures: u32,
     errors: ErrorLog,

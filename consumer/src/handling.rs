@@ -14,12 +14,11 @@ use uuid::Uuid;
 use crate::config::ConsumerConfig;
 use crate::entry::{Entry, EntryError};
 use crate::lanes::Keyed;
-use crate::stream::{self, RawEntry};
+use crate::stream::{self, EntryRef, RawEntry};
 
 /// What the lanes share.
 pub(crate) struct Ctx<'a> {
     pub(crate) config: &'a ConsumerConfig,
-    pub(crate) key: &'a str,
     pub(crate) conn: ConnectionManager,
 }
 
@@ -32,7 +31,9 @@ pub(crate) struct Delivery {
     /// A pending entry: set the group's delivery counter (and check it is still ours)
     /// before handling it.
     pub(crate) take: bool,
-    pub(crate) key: Option<String>,
+    /// The lane: the stream and the partition key (`None`: a lane of its own). Keys are per
+    /// topic, so the same key in two topics makes two lanes.
+    lane: Option<String>,
 }
 
 impl Delivery {
@@ -45,12 +46,14 @@ impl Delivery {
             Ok(e) => e.key.clone(),
             Err(_) => raw.key_field(),
         };
+        // Topics have no whitespace, so the newline cannot occur in the stream's part.
+        let lane = key.map(|key| format!("{}\n{key}", raw.stream));
         Delivery {
             raw,
             parsed,
             delivery,
             take,
-            key,
+            lane,
         }
     }
 
@@ -61,12 +64,12 @@ impl Delivery {
 
 impl Keyed for Delivery {
     fn lane_key(&self) -> Option<&str> {
-        self.key.as_deref()
+        self.lane.as_deref()
     }
 }
 
 pub(crate) struct Outcome {
-    pub(crate) stream_id: String,
+    pub(crate) at: EntryRef,
     pub(crate) fate: Fate,
 }
 
@@ -114,8 +117,14 @@ async fn before_handling(
         return Some(dead_letter(ctx, conn, d, &error, deliveries).await);
     }
     if d.take {
-        match stream::take_for_delivery(conn, ctx.config, ctx.key, &d.raw.stream_id, d.delivery)
-            .await
+        match stream::take_for_delivery(
+            conn,
+            ctx.config,
+            &d.raw.stream,
+            &d.raw.stream_id,
+            d.delivery,
+        )
+        .await
         {
             Ok(true) => {}
             Ok(false) => return Some(Fate::Lost(None)),
@@ -156,12 +165,12 @@ async fn dead_letter(
     error: &str,
     deliveries: u64,
 ) -> Fate {
-    match stream::dead_letter(conn, ctx.config, ctx.key, &d.raw, error, deliveries).await {
+    match stream::dead_letter(conn, ctx.config, &d.raw, error, deliveries).await {
         Ok(false) => Fate::Lost(None),
         Ok(true) => {
             tracing::warn!(
                 stream_id = %d.raw.stream_id, event_id = %d.event_id().map(|id| id.to_string()).unwrap_or_default(), deliveries, error,
-                dead_stream = %ctx.config.dead_key(), "entry dead-lettered"
+                dead_stream = %stream::dead_key(&d.raw.stream), "entry dead-lettered"
             );
             Fate::DeadLettered
         }
@@ -179,7 +188,7 @@ async fn after_outage(
 ) -> Fate {
     tracing::debug!(stream_id = %d.raw.stream_id, %error, "handler hit an outage: not counted as a delivery");
     let back = d.delivery - 1;
-    match stream::take_for_delivery(conn, ctx.config, ctx.key, &d.raw.stream_id, back).await {
+    match stream::take_for_delivery(conn, ctx.config, &d.raw.stream, &d.raw.stream_id, back).await {
         Ok(_) => Fate::Outage(error.to_string()),
         Err(redis) => Fate::Lost(Some(redis)),
     }
@@ -227,7 +236,7 @@ where
                 blocked = true;
             }
             out.push(Outcome {
-                stream_id: d.raw.stream_id,
+                at: d.raw.at(),
                 fate,
             });
         }
@@ -319,7 +328,7 @@ where
         for d in all {
             match before_handling(ctx, &mut conn, &d).await {
                 Some(fate) => out.push(Outcome {
-                    stream_id: d.raw.stream_id,
+                    at: d.raw.at(),
                     fate,
                 }),
                 None => batch.push(d),
@@ -348,7 +357,7 @@ where
                 Err((e, false)) => after_failure(ctx, &mut conn, &d, e).await,
             };
             out.push(Outcome {
-                stream_id: d.raw.stream_id,
+                at: d.raw.at(),
                 fate,
             });
         }

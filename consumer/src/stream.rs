@@ -6,6 +6,7 @@
 //! letter keeps the original fields in their order) or choke on a deleted entry's nil.
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::ConnectionManager;
@@ -13,14 +14,23 @@ use redis::{RedisResult, Value};
 
 use crate::config::ConsumerConfig;
 
-/// One entry as Redis returned it: its stream id and its fields in order.
+/// One entry as Redis returned it: its stream's key, its id and its fields in order.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct RawEntry {
+    pub(crate) stream: Arc<str>,
     pub(crate) stream_id: String,
     pub(crate) fields: Vec<(String, Value)>,
 }
 
 impl RawEntry {
+    /// Where the entry is: its stream and id (ids are unique within one stream only).
+    pub(crate) fn at(&self) -> EntryRef {
+        EntryRef {
+            stream: self.stream.clone(),
+            id: self.stream_id.clone(),
+        }
+    }
+
     /// The `key` field as text, if present: the lane of an entry that failed to parse.
     pub(crate) fn key_field(&self) -> Option<String> {
         self.fields
@@ -28,6 +38,28 @@ impl RawEntry {
             .find(|(k, _)| k == "key")
             .and_then(|(_, v)| crate::entry::value_text(v))
     }
+}
+
+/// An entry's place: its stream's key and its id there.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct EntryRef {
+    pub(crate) stream: Arc<str>,
+    pub(crate) id: String,
+}
+
+/// The ids of `refs`, per stream, streams in order of first appearance: one XACK or XCLAIM
+/// per stream.
+pub(crate) fn by_stream<'a>(
+    refs: impl IntoIterator<Item = &'a EntryRef>,
+) -> Vec<(Arc<str>, Vec<String>)> {
+    let mut out: Vec<(Arc<str>, Vec<String>)> = Vec::new();
+    for r in refs {
+        match out.iter_mut().find(|(stream, _)| *stream == r.stream) {
+            Some((_, ids)) => ids.push(r.id.clone()),
+            None => out.push((r.stream.clone(), vec![r.id.clone()])),
+        }
+    }
+    out
 }
 
 /// Why the Redis connection could not be set up.
@@ -112,14 +144,18 @@ pub(crate) fn is_nogroup(e: &redis::RedisError) -> bool {
     e.code() == Some("NOGROUP")
 }
 
-/// `XREADGROUP ... COUNT n BLOCK ms STREAMS key >`: up to `count` entries never delivered to
-/// the group, now in this consumer's pending list.
+/// `XREADGROUP ... COUNT n BLOCK ms STREAMS key... > ...`: up to `count` entries of each
+/// stream never delivered to the group, now in this consumer's pending list; `acks` are
+/// acknowledged first, in the same round trip.
 pub(crate) async fn read_new(
     conn: &mut ConnectionManager,
     config: &ConsumerConfig,
-    key: &str,
+    keys: &[Arc<str>],
+    acks: &[EntryRef],
 ) -> RedisResult<Vec<RawEntry>> {
-    let reply: Value = redis::cmd("XREADGROUP")
+    let mut pipe = redis::pipe();
+    add_acks(&mut pipe, config, acks);
+    pipe.cmd("XREADGROUP")
         .arg("GROUP")
         .arg(&config.group)
         .arg(&config.consumer)
@@ -128,12 +164,14 @@ pub(crate) async fn read_new(
         .arg("BLOCK")
         .arg(config.block.as_millis().max(1) as u64)
         .arg("STREAMS")
-        .arg(key)
-        .arg(">")
-        .query_async(conn)
-        .await?;
-    Ok(parse_read_reply(reply))
+        .arg(keys.iter().map(|k| k.as_ref()).collect::<Vec<&str>>())
+        .arg(vec![">"; keys.len()]);
+    let (reply,): (Value,) = pipe.query_async(conn).await?;
+    Ok(parse_read_reply(reply, keys))
 }
+
+/// A pending entry's id and how many times it was delivered.
+pub(crate) type Pending = (String, u64);
 
 /// This consumer's pending entries, oldest first, with how many times each was delivered:
 /// `XPENDING key group - + count consumer`.
@@ -141,7 +179,7 @@ pub(crate) async fn pending_mine(
     conn: &mut ConnectionManager,
     config: &ConsumerConfig,
     key: &str,
-) -> RedisResult<Vec<(String, u64)>> {
+) -> RedisResult<Vec<Pending>> {
     let reply: redis::streams::StreamPendingCountReply = redis::cmd("XPENDING")
         .arg(key)
         .arg(&config.group)
@@ -162,7 +200,7 @@ pub(crate) async fn pending_mine(
 /// state; `None` for an id no longer in the stream (trimmed or deleted).
 pub(crate) async fn fetch(
     conn: &mut ConnectionManager,
-    key: &str,
+    key: &Arc<str>,
     ids: &[String],
 ) -> RedisResult<Vec<Option<RawEntry>>> {
     if ids.is_empty() {
@@ -170,12 +208,12 @@ pub(crate) async fn fetch(
     }
     let mut pipe = redis::pipe();
     for id in ids {
-        pipe.cmd("XRANGE").arg(key).arg(id).arg(id);
+        pipe.cmd("XRANGE").arg(key.as_ref()).arg(id).arg(id);
     }
     let replies: Vec<Value> = pipe.query_async(conn).await?;
     Ok(replies
         .into_iter()
-        .map(|r| parse_entries(r).into_iter().next())
+        .map(|r| parse_entries(key, r).into_iter().next())
         .collect())
 }
 
@@ -204,47 +242,57 @@ pub(crate) async fn take_for_delivery(
 }
 
 /// Restarts the idle time of entries this consumer holds and is still working on:
-/// `XCLAIM key group consumer <min_idle> id... JUSTID` (no delivery counted). An entry idle
-/// less than `min_idle` is left alone: it was just delivered, possibly to another consumer.
+/// `XCLAIM key group consumer <min_idle> id... JUSTID` per stream, pipelined (no delivery
+/// counted). An entry idle less than `min_idle` is left alone: it was just delivered,
+/// possibly to another consumer.
 pub(crate) async fn keep_idle_low(
     conn: &mut ConnectionManager,
     config: &ConsumerConfig,
-    key: &str,
-    ids: &[String],
+    refs: &[EntryRef],
     min_idle: Duration,
 ) -> RedisResult<()> {
-    if ids.is_empty() {
-        return Ok(());
+    let mut pipe = redis::pipe();
+    for (key, ids) in by_stream(refs) {
+        pipe.cmd("XCLAIM")
+            .arg(key.as_ref())
+            .arg(&config.group)
+            .arg(&config.consumer)
+            .arg(min_idle.as_millis() as u64)
+            .arg(ids)
+            .arg("JUSTID")
+            .ignore();
     }
-    redis::cmd("XCLAIM")
-        .arg(key)
-        .arg(&config.group)
-        .arg(&config.consumer)
-        .arg(min_idle.as_millis() as u64)
-        .arg(ids)
-        .arg("JUSTID")
-        .query_async::<Value>(conn)
-        .await?;
-    Ok(())
+    run(conn, &pipe).await
 }
 
-/// `XACK key group id...`, in one call.
+/// `XACK key group id...` per stream, pipelined: one round trip.
 pub(crate) async fn ack(
     conn: &mut ConnectionManager,
     config: &ConsumerConfig,
-    key: &str,
-    ids: &[String],
+    refs: &[EntryRef],
 ) -> RedisResult<()> {
-    if ids.is_empty() {
+    let mut pipe = redis::pipe();
+    add_acks(&mut pipe, config, refs);
+    run(conn, &pipe).await
+}
+
+/// `XACK key group id...` per stream of `refs`, replies ignored.
+fn add_acks(pipe: &mut redis::Pipeline, config: &ConsumerConfig, refs: &[EntryRef]) {
+    for (key, ids) in by_stream(refs) {
+        pipe.cmd("XACK")
+            .arg(key.as_ref())
+            .arg(&config.group)
+            .arg(ids)
+            .ignore();
+    }
+}
+
+/// Sends a pipeline whose replies are all ignored; an empty one is not sent.
+async fn run(conn: &mut ConnectionManager, pipe: &redis::Pipeline) -> RedisResult<()> {
+    if pipe.is_empty() {
         return Ok(());
     }
-    redis::cmd("XACK")
-        .arg(key)
-        .arg(&config.group)
-        .arg(ids)
-        .query_async::<Value>(conn)
-        .await?;
-    Ok(())
+    pipe.query_async::<()>(conn).await
 }
 
 /// Moves an entry to the dead stream if it is still this consumer's: `XADD <dead> *
@@ -254,14 +302,13 @@ pub(crate) async fn ack(
 pub(crate) async fn dead_letter(
     conn: &mut ConnectionManager,
     config: &ConsumerConfig,
-    key: &str,
     raw: &RawEntry,
     error: &str,
     deliveries: u64,
 ) -> RedisResult<bool> {
     let script = redis::Script::new(DEAD_LETTER);
-    let mut call = script.key(key);
-    call.key(config.dead_key())
+    let mut call = script.key(raw.stream.as_ref());
+    call.key(dead_key(&raw.stream))
         .arg(&config.group)
         .arg(&config.consumer)
         .arg(&raw.stream_id);
@@ -279,6 +326,12 @@ pub(crate) async fn dead_letter(
         .arg(deliveries);
     let written: i64 = call.invoke_async(conn).await?;
     Ok(written == 1)
+}
+
+/// The dead stream of a topic's stream: `<stream_prefix><topic>:dead`, as
+/// [`ConsumerConfig::dead_key`] names it.
+pub(crate) fn dead_key(stream: &str) -> String {
+    format!("{stream}:dead")
 }
 
 /// KEYS: stream, dead stream. ARGV: group, consumer, stream id, then the dead entry's fields.
@@ -345,25 +398,41 @@ pub(crate) async fn claim_abandoned(
     Ok(claimed)
 }
 
-/// The entries of an XREADGROUP reply (RESP2 arrays or a RESP3 map), for one stream.
-pub(crate) fn parse_read_reply(reply: Value) -> Vec<RawEntry> {
-    let streams: Vec<Value> = match reply {
+/// The entries of an XREADGROUP reply (RESP2 arrays or a RESP3 map), stream after stream,
+/// each stream's in order; `keys` are the streams asked for (their names are shared, not
+/// copied per entry).
+pub(crate) fn parse_read_reply(reply: Value, keys: &[Arc<str>]) -> Vec<RawEntry> {
+    let streams: Vec<(Value, Value)> = match reply {
         Value::Array(streams) => streams
             .into_iter()
             .filter_map(|s| match s {
-                Value::Array(mut pair) if pair.len() == 2 => Some(pair.swap_remove(1)),
+                Value::Array(mut pair) if pair.len() == 2 => {
+                    let entries = pair.swap_remove(1);
+                    Some((pair.swap_remove(0), entries))
+                }
                 _ => None,
             })
             .collect(),
-        Value::Map(pairs) => pairs.into_iter().map(|(_, v)| v).collect(),
+        Value::Map(pairs) => pairs,
         _ => Vec::new(),
     };
-    streams.into_iter().flat_map(parse_entries).collect()
+    streams
+        .into_iter()
+        .flat_map(|(name, entries)| {
+            let name = crate::entry::value_text(&name).unwrap_or_default();
+            let key = keys
+                .iter()
+                .find(|k| k.as_ref() == name)
+                .cloned()
+                .unwrap_or_else(|| Arc::from(name));
+            parse_entries(&key, entries)
+        })
+        .collect()
 }
 
 /// The entries of an XRANGE-style array `[[id, [field, value, ...]], ...]`; an entry whose
 /// fields are nil (deleted while pending) is left out.
-pub(crate) fn parse_entries(list: Value) -> Vec<RawEntry> {
+pub(crate) fn parse_entries(stream: &Arc<str>, list: Value) -> Vec<RawEntry> {
     let Value::Array(items) = list else {
         return Vec::new();
     };
@@ -393,7 +462,11 @@ pub(crate) fn parse_entries(list: Value) -> Vec<RawEntry> {
                     .collect(),
                 _ => return None,
             };
-            Some(RawEntry { stream_id, fields })
+            Some(RawEntry {
+                stream: stream.clone(),
+                stream_id,
+                fields,
+            })
         })
         .collect()
 }
@@ -418,12 +491,68 @@ mod tests {
                 Value::Array(vec![bulk("2-0"), Value::Nil]),
             ]),
         ])]);
-        let entries = parse_read_reply(reply);
+        let keys: Vec<Arc<str>> = vec![Arc::from("outbox:t")];
+        let entries = parse_read_reply(reply, &keys);
         assert_eq!(entries.len(), 1);
         assert_eq!(entries[0].stream_id, "1-0");
+        assert!(Arc::ptr_eq(&entries[0].stream, &keys[0]));
         let names: Vec<&str> = entries[0].fields.iter().map(|(k, _)| k.as_str()).collect();
         assert_eq!(names, vec!["id", "key"]);
         assert_eq!(entries[0].key_field().as_deref(), Some("k1"));
-        assert!(parse_read_reply(Value::Nil).is_empty());
+        assert!(parse_read_reply(Value::Nil, &keys).is_empty());
+    }
+
+    #[test]
+    fn a_read_over_several_streams_tags_each_entry_with_its_stream() {
+        let entry =
+            |id: &str| Value::Array(vec![bulk(id), Value::Array(vec![bulk("id"), bulk(id)])]);
+        let reply = Value::Array(vec![
+            Value::Array(vec![
+                bulk("p:a"),
+                Value::Array(vec![entry("5-0"), entry("6-0")]),
+            ]),
+            Value::Array(vec![bulk("p:b"), Value::Array(vec![entry("5-0")])]),
+        ]);
+        let keys: Vec<Arc<str>> = vec![Arc::from("p:a"), Arc::from("p:b")];
+        let got: Vec<(String, String)> = parse_read_reply(reply, &keys)
+            .into_iter()
+            .map(|e| (e.stream.to_string(), e.stream_id))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("p:a".to_string(), "5-0".to_string()),
+                ("p:a".to_string(), "6-0".to_string()),
+                ("p:b".to_string(), "5-0".to_string()),
+            ]
+        );
+        let refs = [
+            EntryRef {
+                stream: keys[0].clone(),
+                id: "1-0".into(),
+            },
+            EntryRef {
+                stream: keys[1].clone(),
+                id: "1-0".into(),
+            },
+            EntryRef {
+                stream: keys[0].clone(),
+                id: "2-0".into(),
+            },
+        ];
+        let grouped: Vec<(String, Vec<String>)> = by_stream(&refs)
+            .into_iter()
+            .map(|(s, ids)| (s.to_string(), ids))
+            .collect();
+        assert_eq!(
+            grouped,
+            vec![
+                (
+                    "p:a".to_string(),
+                    vec!["1-0".to_string(), "2-0".to_string()]
+                ),
+                ("p:b".to_string(), vec!["1-0".to_string()]),
+            ]
+        );
     }
 }

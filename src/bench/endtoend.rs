@@ -1,14 +1,20 @@
 //! The end-to-end scenarios: producer commit to the consumer's effect committed, with the
-//! `outbox-consumer` library's inbox on. One consumer per topic (every topic's stream has a
-//! group declared to the relay) applies each batch it reads as rows of `bench_effects` in one
-//! transaction with the batch's inbox rows (`run_inbox_batches`); the drain ends when every event's effect is committed. The
-//! consumers run on a runtime of their own, beside the bench's.
+//! `outbox-consumer` library's inbox on. The group (declared to the relay on every topic's
+//! stream) has [`CONSUMERS`] members, each reading every topic in one XREADGROUP and applying
+//! what it read as rows of `bench_effects` in one transaction with the inbox rows
+//! (`inbox::apply_batch_once`, what `run_inbox_batches` runs); the drain ends when every
+//! event's effect is committed. The consumers run on a runtime of their own, beside the
+//! bench's, and note when each effect's commit returned, on the clock the producers note
+//! their commits with.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use diesel::sql_types::{Array, Timestamptz, Uuid as SqlUuid};
+use diesel::sql_types::{Array, BigInt, Timestamptz, Uuid as SqlUuid};
 use diesel_async::pooled_connection::AsyncDieselConnectionManager;
 use diesel_async::{AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
+use outbox_consumer::inbox;
 use outbox_consumer::prepared::prepared;
 use outbox_consumer::{Consumer, ConsumerConfig, Entry};
 use tokio::sync::watch;
@@ -18,10 +24,15 @@ use super::harness::{self, BenchEnv, Scratch, Shape, Usage, TOPICS};
 /// The consumers' group on every bench topic.
 pub const GROUP: &str = "bench";
 
-/// The effects table: one row per applied event, stamped when the effect was written.
+/// Members of the group, each reading all the topics.
+pub const CONSUMERS: usize = 2;
+
+/// The effects table: one row per applied event, stamped when the effect was written, with
+/// the millisecond Redis added the entry (its stream id's first part).
 pub const EFFECTS_SQL: &str = "CREATE TABLE IF NOT EXISTS bench_effects (
     event_id uuid NOT NULL,
     created_at timestamptz NOT NULL,
+    added_ms bigint NOT NULL,
     applied_at timestamptz NOT NULL DEFAULT clock_timestamp()
 )";
 
@@ -33,6 +44,9 @@ pub fn groups_setting() -> String {
         .join(",")
 }
 
+/// When each event's effect commit returned.
+pub type Applied = Arc<Mutex<HashMap<uuid::Uuid, Instant>>>;
+
 /// Consumers applying effects until dropped (then they finish what they hold and stop).
 pub struct Consumers {
     stop: watch::Sender<bool>,
@@ -40,8 +54,9 @@ pub struct Consumers {
 }
 
 impl Consumers {
-    /// One inbox consumer per bench topic of `scratch`, on a runtime of two worker threads.
-    pub fn start(scratch: &Scratch, env: &BenchEnv) -> anyhow::Result<Consumers> {
+    /// [`CONSUMERS`] inbox consumers of every bench topic of `scratch`, on a runtime of two
+    /// worker threads; each effect's commit time goes into `applied`.
+    pub fn start(scratch: &Scratch, env: &BenchEnv, applied: Applied) -> anyhow::Result<Consumers> {
         anyhow::ensure!(
             !env.cluster && env.redis_ca.is_none(),
             "the end-to-end scenario runs on a plain single Redis"
@@ -58,7 +73,7 @@ impl Consumers {
         );
         let thread = std::thread::spawn(move || {
             runtime.block_on(async move {
-                if let Err(e) = consume(&url, &redis_url, &prefix, stopped).await {
+                if let Err(e) = consume(&url, &redis_url, &prefix, stopped, applied).await {
                     tracing::error!("bench consumers: {e:#}");
                 }
             })
@@ -84,6 +99,7 @@ async fn consume(
     redis_url: &str,
     prefix: &str,
     stopped: watch::Receiver<bool>,
+    applied: Applied,
 ) -> anyhow::Result<()> {
     let manager = AsyncDieselConnectionManager::<AsyncPgConnection>::new(url);
     // No ping before each checkout: the transaction itself finds a dead connection.
@@ -92,11 +108,12 @@ async fn consume(
         .test_on_check_out(false)
         .build(manager)
         .await?;
-    let consumers = (0..TOPICS)
-        .map(|t| {
-            let config = ConsumerConfig::new(redis_url, format!("bench.topic{t}"), GROUP)
+    let consumers = (0..CONSUMERS)
+        .map(|c| {
+            let config = ConsumerConfig::new(redis_url, "bench.topic0", GROUP)
+                .topics((0..TOPICS).map(|t| format!("bench.topic{t}")))
                 .stream_prefix(prefix)
-                .consumer(format!("bench-{t}"))
+                .consumer(format!("bench-{c}"))
                 .batch_size(200)
                 .block(Duration::from_millis(100));
             Consumer::new(config)
@@ -107,31 +124,52 @@ async fn consume(
         let shutdown = async move {
             let _ = stopped.wait_for(|stop| *stop).await;
         };
-        consumer.run_inbox_batches(
-            pool.clone(),
-            |conn, entries: &[Entry]| {
-                let ids: Vec<uuid::Uuid> = entries.iter().map(|e| e.id).collect();
-                let created: Vec<chrono::DateTime<chrono::Utc>> =
-                    entries.iter().map(|e| e.created_at).collect();
-                Box::pin(async move {
-                    prepared(
-                        diesel::sql_query(
-                            "INSERT INTO bench_effects (event_id, created_at)
-                             SELECT * FROM unnest($1::uuid[], $2::timestamptz[])",
-                        )
-                        .bind::<Array<SqlUuid>, _>(ids)
-                        .bind::<Array<Timestamptz>, _>(created),
-                    )
-                    .execute(conn)
-                    .await
-                    .map(|_| ())
-                })
+        let (pool, applied) = (pool.clone(), applied.clone());
+        consumer.run_batches(
+            move |entries: Vec<Entry>| {
+                let (pool, applied) = (pool.clone(), applied.clone());
+                async move {
+                    let mut conn = pool.get().await.map_err(|e| e.to_string())?;
+                    inbox::apply_batch_once(&mut conn, GROUP, &entries, &apply_effects)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    let now = Instant::now();
+                    if let Ok(mut applied) = applied.lock() {
+                        applied.extend(entries.iter().map(|e| (e.id, now)));
+                    }
+                    Ok::<(), String>(())
+                }
             },
             shutdown,
         )
     });
     futures::future::join_all(runs).await;
     Ok(())
+}
+
+/// The effect: one `bench_effects` row per entry, in one statement.
+fn apply_effects<'r>(
+    conn: &'r mut AsyncPgConnection,
+    entries: &'r [Entry],
+) -> futures::future::BoxFuture<'r, Result<(), diesel::result::Error>> {
+    let ids: Vec<uuid::Uuid> = entries.iter().map(|e| e.id).collect();
+    let created: Vec<chrono::DateTime<chrono::Utc>> =
+        entries.iter().map(|e| e.created_at).collect();
+    let added: Vec<i64> = entries.iter().map(|e| added_ms(&e.stream_id)).collect();
+    Box::pin(async move {
+        prepared(
+            diesel::sql_query(
+                "INSERT INTO bench_effects (event_id, created_at, added_ms)
+                 SELECT * FROM unnest($1::uuid[], $2::timestamptz[], $3::int8[])",
+            )
+            .bind::<Array<SqlUuid>, _>(ids)
+            .bind::<Array<Timestamptz>, _>(created)
+            .bind::<Array<BigInt>, _>(added),
+        )
+        .execute(conn)
+        .await
+        .map(|_| ())
+    })
 }
 
 /// Preloads `n` events, starts one relay and the consumers, times until every effect is
@@ -147,7 +185,7 @@ pub async fn drain(env: &BenchEnv, n: u64) -> anyhow::Result<harness::Drain> {
         async |scratch: &Scratch| {
             let mut conn = scratch.conn().await?;
             let started = Instant::now();
-            let consumers = Consumers::start(scratch, env)?;
+            let consumers = Consumers::start(scratch, env, Applied::default())?;
             let relay = harness::RelayProcess::start(scratch, env, "bench-e2e", &extra)?;
             let deadline = started + Duration::from_secs(600);
             while effects(&mut conn).await? < n {
@@ -175,6 +213,14 @@ pub async fn drain(env: &BenchEnv, n: u64) -> anyhow::Result<harness::Drain> {
     .await
 }
 
+/// The millisecond part of a stream id (`ms-seq`): when Redis added the entry.
+fn added_ms(stream_id: &str) -> i64 {
+    stream_id
+        .split_once('-')
+        .and_then(|(ms, _)| ms.parse().ok())
+        .unwrap_or(0)
+}
+
 /// Committed effects so far.
 pub async fn effects(conn: &mut AsyncPgConnection) -> anyhow::Result<u64> {
     #[derive(diesel::QueryableByName)]
@@ -188,21 +234,32 @@ pub async fn effects(conn: &mut AsyncPgConnection) -> anyhow::Result<u64> {
     Ok(row.n.max(0) as u64)
 }
 
-/// Every effect's latency from its event's commit (its `created_at`) to the effect's write, ms,
-/// sorted.
-pub async fn latencies(conn: &mut AsyncPgConnection) -> anyhow::Result<Vec<f64>> {
+/// Prints how long after its entry's arrival in the stream each effect was written, ms
+/// (Redis's and Postgres's clocks are this machine's one clock): the consumer's share of the
+/// end-to-end latency.
+pub async fn print_stream_to_effect(conn: &mut AsyncPgConnection) -> anyhow::Result<()> {
     #[derive(diesel::QueryableByName)]
     struct Ms {
         #[diesel(sql_type = diesel::sql_types::Double)]
         ms: f64,
     }
     let rows: Vec<Ms> = diesel::sql_query(
-        "SELECT extract(epoch FROM applied_at - created_at)::float8 * 1000 AS ms
+        "SELECT extract(epoch FROM applied_at)::float8 * 1000 - added_ms AS ms
          FROM bench_effects ORDER BY 1",
     )
     .load(conn)
     .await?;
-    Ok(rows.into_iter().map(|r| r.ms.max(0.0)).collect())
+    let at = |p: f64| {
+        rows.get(((rows.len() as f64 - 1.0) * p).round() as usize)
+            .map(|r| r.ms.max(0.0))
+            .unwrap_or(0.0)
+    };
+    eprintln!(
+        "bench: end to end: stream to effect p50 {:.1} ms, p99 {:.1} ms",
+        at(0.5),
+        at(0.99)
+    );
+    Ok(())
 }
 
 /// Creates the effects table in the scratch database.

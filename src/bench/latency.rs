@@ -249,12 +249,18 @@ async fn steady_in(
         relay_env.push(("OUTBOX__RETENTION__PUBLISHED_FOR", "0s"));
     }
     let groups = super::endtoend::groups_setting();
+    // When each event arrived: read from its stream, or its effect's commit returned.
+    let received: Arc<Mutex<HashMap<Uuid, Instant>>> = Arc::default();
     let consumers = match until {
         Until::Stream => None,
         Until::Effect => {
             super::endtoend::create_effects(&mut scratch.conn().await?).await?;
             relay_env.push(("OUTBOX__GROUPS", &groups));
-            Some(super::endtoend::Consumers::start(scratch, env)?)
+            Some(super::endtoend::Consumers::start(
+                scratch,
+                env,
+                received.clone(),
+            )?)
         }
     };
     let relay = RelayProcess::start(scratch, env, "bench-latency", &relay_env)?;
@@ -262,7 +268,6 @@ async fn steady_in(
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let committed: Arc<Mutex<HashMap<Uuid, Instant>>> = Arc::default();
     let producing = Arc::new(std::sync::atomic::AtomicBool::new(true));
-    let received: Arc<Mutex<HashMap<Uuid, Instant>>> = Arc::default();
     let total = rate * duration.as_secs().max(1);
 
     let vacuumer = soak.and_then(|s| s.vacuum_every).map(|every| {
@@ -391,33 +396,27 @@ async fn steady_in(
         Some(_) => Some(table_figure(&mut scratch.conn().await?).await?),
         None => None,
     };
-    let effect_samples = match consumers {
-        None => None,
-        Some(consumers) => {
-            let mut conn = scratch.conn().await?;
-            let deadline = Instant::now() + Duration::from_secs(60);
-            while super::endtoend::effects(&mut conn).await? < total && Instant::now() < deadline {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            drop(consumers);
-            Some(super::endtoend::latencies(&mut conn).await?)
+    if let Some(consumers) = consumers {
+        let mut conn = scratch.conn().await?;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while super::endtoend::effects(&mut conn).await? < total && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
-    };
+        drop(consumers);
+        super::endtoend::print_stream_to_effect(&mut conn).await?;
+    }
     let (cpu, rss) = relay.stop();
     let committed = committed.lock().map(|c| c.clone()).unwrap_or_default();
     let received = received.lock().map(|r| r.clone()).unwrap_or_default();
-    let mut samples: Vec<f64> = match effect_samples {
-        Some(samples) => samples,
-        None => committed
-            .iter()
-            .filter_map(|(id, at)| {
-                received
-                    .get(id)
-                    // An entry can arrive before the producer's commit call returns: count 0.
-                    .map(|got| got.saturating_duration_since(*at).as_secs_f64() * 1000.0)
-            })
-            .collect(),
-    };
+    let mut samples: Vec<f64> = committed
+        .iter()
+        .filter_map(|(id, at)| {
+            received
+                .get(id)
+                // An entry can arrive before the producer's commit call returns: count 0.
+                .map(|got| got.saturating_duration_since(*at).as_secs_f64() * 1000.0)
+        })
+        .collect();
     anyhow::ensure!(
         samples.len() == committed.len(),
         "{} events committed, {} arrived ({:?})",

@@ -357,6 +357,166 @@ async fn one_consumer_keeps_each_keys_order_through_failures_and_a_restart() {
     assert_eq!(group_pending(&redis, "ordered", GROUP).await.0, 0);
 }
 
+/// Three topics whose streams hold entries of the same ids and the same partition keys: one
+/// consumer reads them all, keeps each (topic, key)'s order through failures, retries and
+/// dead-letters per entry of its own stream (not the entry of the same id in another), and
+/// sends a poison entry to its own topic's dead stream.
+#[tokio::test(flavor = "multi_thread")]
+async fn one_consumer_reads_several_topics_each_keys_order_and_dead_stream_its_own() {
+    let redis = TestRedis::shared();
+    const TOPICS: [&str; 3] = ["multi.a", "multi.b", "multi.c"];
+    const N: i64 = 120;
+    for n in 0..N {
+        for topic in TOPICS {
+            let key = format!("k{}", n % 4);
+            let poison = topic == "multi.c" && n == 50;
+            xadd_event_at(
+                &redis,
+                topic,
+                &format!("1-{}", n + 1),
+                Some(&key),
+                &serde_json::json!({ "n": n, "poison": poison }),
+            )
+            .await;
+        }
+    }
+    // (topic, key, n) in the order handled.
+    let applied: Arc<Mutex<Vec<(String, String, i64)>>> = Arc::default();
+    let stop = Arc::new(tokio::sync::Notify::new());
+    let config = library_config(&redis, TOPICS[0], "multi")
+        .topics(TOPICS)
+        .max_deliveries(3);
+    let consumer = Consumer::new(config).expect("config");
+    let run = consumer.run(
+        |entry: Entry| {
+            let (applied, stop) = (applied.clone(), stop.clone());
+            async move {
+                let n = entry.payload["n"].as_i64().ok_or("payload.n")?;
+                if entry.payload["poison"] == serde_json::json!(true) {
+                    return Err("poison");
+                }
+                // In topic b only, every 10th entry fails its first delivery: its namesakes
+                // in a and c (same stream id) must not be held back or retried with it.
+                if entry.topic == "multi.b" && n % 10 == 3 && entry.deliveries == 1 {
+                    return Err("first delivery fails");
+                }
+                tokio::task::yield_now().await;
+                let mut applied = applied.lock().map_err(|_| "lock")?;
+                applied.push((
+                    entry.topic.clone(),
+                    entry.key.clone().unwrap_or_default(),
+                    n,
+                ));
+                if applied.len() == TOPICS.len() * N as usize - 1 {
+                    stop.notify_one();
+                }
+                Ok(())
+            }
+        },
+        {
+            let stop = stop.clone();
+            async move { stop.notified().await }
+        },
+    );
+    let stats = tokio::time::timeout(Duration::from_secs(60), run).await;
+    let stats = stats.expect("every entry but the poison one applied");
+
+    let applied = applied.lock().expect("lock").clone();
+    let distinct: HashSet<(&str, i64)> = applied.iter().map(|(t, _, n)| (t.as_str(), *n)).collect();
+    assert_eq!(distinct.len(), applied.len(), "an entry applied twice");
+    assert_eq!(applied.len(), TOPICS.len() * N as usize - 1);
+    assert!(
+        !distinct.contains(&("multi.c", 50)),
+        "the poison entry applied"
+    );
+    let mut last: HashMap<(&str, &str), i64> = HashMap::new();
+    for (topic, key, n) in &applied {
+        if let Some(prev) = last.insert((topic.as_str(), key.as_str()), *n) {
+            assert!(*n > prev, "{topic} key {key}: {n} applied after {prev}");
+        }
+    }
+    assert_eq!(
+        stats.failed,
+        12 + 2,
+        "b's first deliveries and the poison's first two"
+    );
+    assert_eq!(stats.dead_lettered, 1);
+    let dead = redis.entries("multi.c:dead").await;
+    assert_eq!(
+        dead.len(),
+        1,
+        "the poison entry in its own topic's dead stream"
+    );
+    assert_eq!(dead[0]["deliveries"], "3");
+    assert_eq!(dead[0]["topic"], "multi.c");
+    for topic in ["multi.a", "multi.b"] {
+        assert_eq!(redis.xlen(&format!("{topic}:dead")).await, 0, "{topic}");
+    }
+    for topic in TOPICS {
+        assert_eq!(group_pending(&redis, topic, GROUP).await.0, 0, "{topic}");
+    }
+}
+
+/// A batch handler over several topics gets what one read returned: entries of all of them
+/// in one call (one transaction for an inbox), merged in stream-id order.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_batch_over_several_topics_holds_entries_of_each() {
+    let redis = TestRedis::shared();
+    for n in 0..10 {
+        for topic in ["both.x", "both.y"] {
+            xadd_event(&redis, topic, None, &serde_json::json!({ "n": n })).await;
+        }
+    }
+    // Each batch's (topic, stream id)s.
+    type Batches = Vec<Vec<(String, String)>>;
+    let batches: Arc<Mutex<Batches>> = Arc::default();
+    let stop = Arc::new(tokio::sync::Notify::new());
+    let config = library_config(&redis, "both.x", "batches").topics(["both.x", "both.y"]);
+    let consumer = Consumer::new(config).expect("config");
+    let run = consumer.run_batches(
+        |entries: Vec<Entry>| {
+            let (batches, stop) = (batches.clone(), stop.clone());
+            async move {
+                let mut batches = batches.lock().map_err(|_| "lock")?;
+                batches.push(
+                    entries
+                        .into_iter()
+                        .map(|e| (e.topic, e.stream_id))
+                        .collect(),
+                );
+                if batches.iter().map(Vec::len).sum::<usize>() == 20 {
+                    stop.notify_one();
+                }
+                Ok::<(), &str>(())
+            }
+        },
+        {
+            let stop = stop.clone();
+            async move { stop.notified().await }
+        },
+    );
+    tokio::time::timeout(Duration::from_secs(30), run)
+        .await
+        .expect("all 20 entries handled");
+    let batches = batches.lock().expect("lock").clone();
+    assert_eq!(batches.len(), 1, "one read, one batch: {batches:?}");
+    let topics: HashSet<&str> = batches[0].iter().map(|(t, _)| t.as_str()).collect();
+    assert_eq!(topics, HashSet::from(["both.x", "both.y"]));
+    let mut ids: Vec<&str> = batches[0].iter().map(|(_, id)| id.as_str()).collect();
+    let unsorted = ids.clone();
+    ids.sort_by_key(|id| {
+        let (ms, seq) = id.split_once('-').unwrap_or((id, "0"));
+        (
+            ms.parse::<u64>().unwrap_or(0),
+            seq.parse::<u64>().unwrap_or(0),
+        )
+    });
+    assert_eq!(ids, unsorted, "entries merged in stream-id order");
+    for topic in ["both.x", "both.y"] {
+        assert_eq!(group_pending(&redis, topic, GROUP).await.0, 0, "{topic}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_malformed_entry_is_dead_lettered_and_its_key_flows_on() {
     let redis = TestRedis::shared();

@@ -127,6 +127,18 @@ pub async fn xadd_event(
     key: Option<&str>,
     payload: &serde_json::Value,
 ) -> Uuid {
+    xadd_event_at(redis, topic, "*", key, payload).await
+}
+
+/// [`xadd_event`] with the stream id given (`"*"`: Redis picks it), so that tests can make
+/// two streams hold entries of the same ids.
+pub async fn xadd_event_at(
+    redis: &TestRedis,
+    topic: &str,
+    stream_id: &str,
+    key: Option<&str>,
+    payload: &serde_json::Value,
+) -> Uuid {
     let id = Uuid::new_v4();
     let mut fields: Vec<(&str, String)> = vec![
         ("id", id.to_string()),
@@ -140,7 +152,7 @@ pub async fn xadd_event(
     }
     let mut c = redis.conn().await;
     let _: String = c
-        .xadd(redis.stream(topic), "*", &fields)
+        .xadd(redis.stream(topic), stream_id, &fields)
         .await
         .expect("xadd");
     id
