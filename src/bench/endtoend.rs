@@ -234,32 +234,42 @@ pub async fn effects(conn: &mut AsyncPgConnection) -> anyhow::Result<u64> {
     Ok(row.n.max(0) as u64)
 }
 
-/// Prints how long after its entry's arrival in the stream each effect was written, ms
-/// (Redis's and Postgres's clocks are this machine's one clock): the consumer's share of the
-/// end-to-end latency.
+/// Prints, from the effects table, how long after its entry's arrival in the stream each
+/// effect was written (the consumer's share of the end-to-end latency) and how long after its
+/// event's `created_at` (the producer transaction's start, so a little more than from its
+/// commit), ms. Redis's and Postgres's clocks are this machine's one clock.
 pub async fn print_stream_to_effect(conn: &mut AsyncPgConnection) -> anyhow::Result<()> {
+    for (what, since) in [
+        ("stream to effect", "added_ms"),
+        (
+            "created_at to effect",
+            "extract(epoch FROM created_at)::float8 * 1000",
+        ),
+    ] {
+        let ms = effect_delays(conn, since).await?;
+        eprintln!(
+            "bench: end to end: {what} p50 {:.1} ms, p99 {:.1} ms",
+            super::latency::percentile(&ms, 50.0).unwrap_or(0.0),
+            super::latency::percentile(&ms, 99.0).unwrap_or(0.0)
+        );
+    }
+    Ok(())
+}
+
+/// Every effect's `applied_at` minus `since` (an SQL expression in ms), sorted.
+async fn effect_delays(conn: &mut AsyncPgConnection, since: &str) -> anyhow::Result<Vec<f64>> {
     #[derive(diesel::QueryableByName)]
     struct Ms {
         #[diesel(sql_type = diesel::sql_types::Double)]
         ms: f64,
     }
-    let rows: Vec<Ms> = diesel::sql_query(
-        "SELECT extract(epoch FROM applied_at)::float8 * 1000 - added_ms AS ms
-         FROM bench_effects ORDER BY 1",
-    )
+    let rows: Vec<Ms> = diesel::sql_query(format!(
+        "SELECT greatest(extract(epoch FROM applied_at)::float8 * 1000 - {since}, 0) AS ms
+         FROM bench_effects ORDER BY 1"
+    ))
     .load(conn)
     .await?;
-    let at = |p: f64| {
-        rows.get(((rows.len() as f64 - 1.0) * p).round() as usize)
-            .map(|r| r.ms.max(0.0))
-            .unwrap_or(0.0)
-    };
-    eprintln!(
-        "bench: end to end: stream to effect p50 {:.1} ms, p99 {:.1} ms",
-        at(0.5),
-        at(0.99)
-    );
-    Ok(())
+    Ok(rows.into_iter().map(|r| r.ms).collect())
 }
 
 /// Creates the effects table in the scratch database.

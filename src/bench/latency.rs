@@ -118,7 +118,8 @@ fn windows(mut timed: Vec<(Duration, f64)>, width: Duration) -> Vec<WindowFigure
     out
 }
 
-fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
+/// The value at percentile `p` (0-100) of sorted samples; `None` when there are none.
+pub(crate) fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
     if sorted.is_empty() {
         return None;
     }
