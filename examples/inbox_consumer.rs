@@ -52,6 +52,10 @@ struct Args {
         hide_env_values = true
     )]
     redis_url: String,
+    /// `REDIS_URL` names a Redis Cluster's seed nodes, comma-separated (as the relay's
+    /// `redis.cluster`).
+    #[arg(long, env = "OUTBOX__REDIS__CLUSTER")]
+    cluster: bool,
     /// Entries per read.
     #[arg(long, default_value_t = 100)]
     batch_size: usize,
@@ -100,6 +104,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let retry_max = (args.claim_idle / 2).min(Duration::from_secs(10));
     let mut config = ConsumerConfig::new(&args.redis_url, &args.topic, &args.group)
         .stream_prefix(&args.stream_prefix)
+        .cluster(args.cluster)
         .claim_idle(args.claim_idle)
         .max_deliveries(args.max_deliveries)
         .batch_size(args.batch_size)

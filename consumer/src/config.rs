@@ -8,8 +8,13 @@ use std::time::Duration;
 /// every default, then change what you need.
 #[derive(Debug, Clone)]
 pub struct ConsumerConfig {
-    /// `redis://host:port[/db]` or `rediss://...` for TLS; one server (not a cluster).
+    /// `redis://host:port[/db]` or `rediss://...` for TLS; with [`ConsumerConfig::cluster`],
+    /// the cluster's seed nodes, comma-separated (`host:port` means `redis://host:port`).
     pub redis_url: String,
+    /// `redis_url` names a Redis Cluster's seed nodes: each command goes to the master of its
+    /// stream's slot. One XREADGROUP can only read streams of one slot, so the topics of one
+    /// consumer must share one (one topic always does); run a consumer per topic otherwise.
+    pub cluster: bool,
     /// PEM file of a private CA to trust for `rediss://` (else the system's roots).
     pub tls_ca_file: Option<PathBuf>,
     /// PEM client certificate for mutual TLS (with `tls_client_key_file`).
@@ -78,6 +83,7 @@ impl ConsumerConfig {
     ) -> ConsumerConfig {
         ConsumerConfig {
             redis_url: redis_url.into(),
+            cluster: false,
             tls_ca_file: None,
             tls_client_cert_file: None,
             tls_client_key_file: None,
@@ -101,6 +107,11 @@ impl ConsumerConfig {
     /// [`ConsumerConfig::new`] is replaced).
     pub fn topics<T: Into<String>>(mut self, topics: impl IntoIterator<Item = T>) -> Self {
         self.topics = topics.into_iter().map(Into::into).collect();
+        self
+    }
+    /// Sets [`ConsumerConfig::cluster`].
+    pub fn cluster(mut self, cluster: bool) -> Self {
+        self.cluster = cluster;
         self
     }
     /// Sets [`ConsumerConfig::stream_prefix`].
@@ -170,6 +181,18 @@ impl ConsumerConfig {
             .collect()
     }
 
+    /// Whether every topic's stream hashes to one cluster slot.
+    fn topics_share_a_slot(&self) -> bool {
+        let mut slots = self
+            .stream_keys()
+            .into_iter()
+            .map(redis::cluster_routing::Slot::for_key);
+        match slots.next() {
+            Some(first) => slots.all(|slot| slot == first),
+            None => true,
+        }
+    }
+
     /// The key of a topic's dead stream: `<stream_prefix><topic>:dead`.
     pub fn dead_key(&self, topic: &str) -> String {
         format!("{}{topic}:dead", self.stream_prefix)
@@ -183,14 +206,27 @@ impl ConsumerConfig {
                 reason: reason.to_string(),
             })
         };
-        if !(self.redis_url.starts_with("redis://") || self.redis_url.starts_with("rediss://")) {
+        let urls = match self.cluster {
+            true => crate::redis_conn::seeds(&self.redis_url),
+            false => vec![self.redis_url.clone()],
+        };
+        if urls.is_empty() {
+            return bad("redis_url", "names no seed node");
+        }
+        if !urls
+            .iter()
+            .all(|u| u.starts_with("redis://") || u.starts_with("rediss://"))
+        {
             return bad("redis_url", "must start with redis:// or rediss://");
         }
         let tls_files = self.tls_ca_file.is_some()
             || self.tls_client_cert_file.is_some()
             || self.tls_client_key_file.is_some();
-        if tls_files && !self.redis_url.starts_with("rediss://") {
-            return bad("tls_ca_file", "TLS files need a rediss:// redis_url");
+        if tls_files && !urls.iter().all(|u| u.starts_with("rediss://")) {
+            return bad(
+                "tls_ca_file",
+                "TLS files need a rediss:// redis_url (every seed's, on a cluster)",
+            );
         }
         if self.tls_client_cert_file.is_some() != self.tls_client_key_file.is_some() {
             return bad(
@@ -208,6 +244,12 @@ impl ConsumerConfig {
             if self.topics[..i].contains(topic) {
                 return bad("topics", "each topic once");
             }
+        }
+        if self.cluster && !self.topics_share_a_slot() {
+            return bad(
+                "topics",
+                "on a Redis Cluster one consumer reads streams of one hash slot only: run a consumer per topic, or give the topics' streams one hash tag (a stream_prefix like `{orders}:`)",
+            );
         }
         for (setting, value) in [("group", &self.group), ("consumer", &self.consumer)] {
             if value.is_empty() || value.chars().any(|c| c.is_whitespace() || c.is_control()) {
@@ -310,6 +352,45 @@ mod tests {
                 .validate()
                 .map_err(|e| e.setting),
             Err("topics")
+        );
+    }
+
+    #[test]
+    fn a_cluster_consumer_reads_seeds_and_topics_of_one_slot() {
+        let c = |url: &str| ConsumerConfig::new(url, "a", "g").cluster(true);
+        assert_eq!(
+            c("127.0.0.1:7000, redis://127.0.0.1:7001").validate(),
+            Ok(())
+        );
+        assert_eq!(c(" , ").validate().map_err(|e| e.setting), Err("redis_url"));
+        assert_eq!(
+            c("rediss://h:1,redis://h:2")
+                .tls_files(Some("ca.pem".into()), None, None)
+                .validate()
+                .map_err(|e| e.setting),
+            Err("tls_ca_file")
+        );
+        // `outbox:a` and `outbox:b` hash to different slots; one hash tag puts them in one.
+        assert_eq!(
+            c("h:1")
+                .topics(["a", "b"])
+                .validate()
+                .map_err(|e| e.setting),
+            Err("topics")
+        );
+        assert_eq!(
+            c("h:1")
+                .topics(["a", "b"])
+                .stream_prefix("{orders}:")
+                .validate(),
+            Ok(())
+        );
+        // Off a cluster, any topics go together.
+        assert_eq!(
+            ConsumerConfig::new("redis://h:1", "a", "g")
+                .topics(["a", "b"])
+                .validate(),
+            Ok(())
         );
     }
 }

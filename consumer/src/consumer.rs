@@ -19,16 +19,16 @@ use std::pin::pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::redis_conn::{self, ConnectError, RedisConn};
 use futures::future::FusedFuture;
 use futures::FutureExt;
-use redis::aio::ConnectionManager;
 
 use crate::config::{ConfigError, ConsumerConfig};
 use crate::entry::Entry;
 use crate::handling::{Batch, Ctx, Delivery, Each, Fate, Process};
 use crate::lanes;
 use crate::retry::{self, ErrorLog};
-use crate::stream::{self, ConnectError, EntryRef};
+use crate::stream::{self, EntryRef};
 
 /// Why a consumer could not be built. Nothing after that is fatal: outages are retried.
 #[derive(Debug, thiserror::Error)]
@@ -58,7 +58,7 @@ pub struct RunStats {
 /// methods with a handler and a shutdown future.
 pub struct Consumer {
     config: ConsumerConfig,
-    conn: ConnectionManager,
+    conn: RedisConn,
     /// The topics' streams, in the order of `config.topics`.
     keys: Vec<Arc<str>>,
 }
@@ -67,7 +67,7 @@ impl Consumer {
     /// Checks the settings and prepares the connection (lazy: nothing connects before `run`).
     pub fn new(config: ConsumerConfig) -> Result<Consumer, ConsumerError> {
         config.validate()?;
-        let conn = stream::connect(&config)?;
+        let conn = redis_conn::connect(&config)?;
         let keys = config.stream_keys().into_iter().map(Arc::from).collect();
         Ok(Consumer { config, conn, keys })
     }
@@ -179,7 +179,7 @@ impl Consumer {
     async fn turn<P: Process>(
         &self,
         ctx: &Ctx<'_>,
-        conn: &mut ConnectionManager,
+        conn: &mut RedisConn,
         state: &mut LoopState,
         process: &P,
     ) -> redis::RedisResult<Turn> {
@@ -243,7 +243,7 @@ impl Consumer {
     async fn pending_turn<P: Process>(
         &self,
         ctx: &Ctx<'_>,
-        conn: &mut ConnectionManager,
+        conn: &mut RedisConn,
         state: &mut LoopState,
         process: &P,
         pending: Vec<(Arc<str>, Vec<stream::Pending>)>,
@@ -378,7 +378,7 @@ impl Consumer {
 /// by another consumer (which would handle them a second time, and out of key order).
 async fn keep_claimed(
     config: &ConsumerConfig,
-    mut conn: ConnectionManager,
+    mut conn: RedisConn,
     refs: Vec<EntryRef>,
 ) -> Infallible {
     let every = config.claim_idle / 3;

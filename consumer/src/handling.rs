@@ -7,8 +7,8 @@ use std::fmt::Display;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 
+use crate::redis_conn::RedisConn;
 use futures::{FutureExt, StreamExt};
-use redis::aio::ConnectionManager;
 use uuid::Uuid;
 
 use crate::config::ConsumerConfig;
@@ -19,7 +19,7 @@ use crate::stream::{self, EntryRef, RawEntry};
 /// What the lanes share.
 pub(crate) struct Ctx<'a> {
     pub(crate) config: &'a ConsumerConfig,
-    pub(crate) conn: ConnectionManager,
+    pub(crate) conn: RedisConn,
 }
 
 /// One delivery of one entry.
@@ -96,11 +96,7 @@ pub(crate) trait Process {
 /// Checks that need no handler: a malformed entry, or one already delivered more than
 /// `max_deliveries` times, goes to the dead stream; a pending entry is taken for this
 /// delivery. `None`: hand it to the handler.
-async fn before_handling(
-    ctx: &Ctx<'_>,
-    conn: &mut ConnectionManager,
-    d: &Delivery,
-) -> Option<Fate> {
+async fn before_handling(ctx: &Ctx<'_>, conn: &mut RedisConn, d: &Delivery) -> Option<Fate> {
     let max = ctx.config.max_deliveries;
     let verdict = match &d.parsed {
         Err(e) => Some((format!("malformed entry: {e}"), d.delivery)),
@@ -135,12 +131,7 @@ async fn before_handling(
 }
 
 /// The handler failed delivery `d`: retry, or dead-letter at `max_deliveries`.
-async fn after_failure(
-    ctx: &Ctx<'_>,
-    conn: &mut ConnectionManager,
-    d: &Delivery,
-    error: &str,
-) -> Fate {
+async fn after_failure(ctx: &Ctx<'_>, conn: &mut RedisConn, d: &Delivery, error: &str) -> Fate {
     tracing::warn!(
         stream_id = %d.raw.stream_id, event_id = %d.event_id().map(|id| id.to_string()).unwrap_or_default(), delivery = d.delivery,
         max_deliveries = ctx.config.max_deliveries, error, "handler failed"
@@ -160,7 +151,7 @@ async fn after_failure(
 
 async fn dead_letter(
     ctx: &Ctx<'_>,
-    conn: &mut ConnectionManager,
+    conn: &mut RedisConn,
     d: &Delivery,
     error: &str,
     deliveries: u64,
@@ -180,12 +171,7 @@ async fn dead_letter(
 
 /// A handler failed for an outage (its database away), not through the entry's fault: the
 /// delivery is given back, so the next one gets this number again and no attempt is spent.
-async fn after_outage(
-    ctx: &Ctx<'_>,
-    conn: &mut ConnectionManager,
-    d: &Delivery,
-    error: &str,
-) -> Fate {
+async fn after_outage(ctx: &Ctx<'_>, conn: &mut RedisConn, d: &Delivery, error: &str) -> Fate {
     tracing::debug!(stream_id = %d.raw.stream_id, %error, "handler hit an outage: not counted as a delivery");
     let back = d.delivery - 1;
     match stream::take_for_delivery(conn, ctx.config, &d.raw.stream, &d.raw.stream_id, back).await {
@@ -243,7 +229,7 @@ where
         out
     }
 
-    async fn one(&self, ctx: &Ctx<'_>, conn: &mut ConnectionManager, d: &Delivery) -> Fate {
+    async fn one(&self, ctx: &Ctx<'_>, conn: &mut RedisConn, d: &Delivery) -> Fate {
         if let Some(fate) = before_handling(ctx, conn, d).await {
             return fate;
         }

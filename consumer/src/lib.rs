@@ -10,6 +10,7 @@
 //! | [`consumer`] | [`Consumer`]: the loop (own pending entries first, then new ones), lanes, acks, dead letters, claims |
 //! | `handling` | one batch: checks before a handler, per-entry lanes or whole batches, retry or dead stream |
 //! | [`lanes`] | splitting a batch by partition key: keys concurrently, one key in order |
+//! | [`redis_conn`] | [`RedisConn`]: one server or a Redis Cluster, TLS files applied |
 //! | [`retry`] | retry and outage delays with jitter; rate-limited error logs |
 //! | `inbox` (feature `inbox`, on by default) | exactly-once effects: the effect and the `outbox_inbox` row in one Postgres transaction |
 //! | `prepared` (feature `inbox`) | raw SQL a connection keeps prepared (the inbox's, yours, the relay's) |
@@ -48,10 +49,11 @@ pub mod inbox;
 pub mod lanes;
 #[cfg(feature = "inbox")]
 pub mod prepared;
+pub mod redis_conn;
 pub mod retry;
 mod stream;
 
 pub use config::{ConfigError, ConsumerConfig};
 pub use consumer::{Consumer, ConsumerError, RunStats};
 pub use entry::{Entry, EntryError};
-pub use stream::ConnectError;
+pub use redis_conn::{ConnectError, RedisConn};

@@ -5,14 +5,14 @@
 //! Replies are parsed by hand where the crate's types would lose the field order (a dead
 //! letter keeps the original fields in their order) or choke on a deleted entry's nil.
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
+use redis::cluster_routing::Slot;
 use redis::{RedisResult, Value};
 
 use crate::config::ConsumerConfig;
+use crate::redis_conn::RedisConn;
 
 /// One entry as Redis returned it: its stream's key, its id and its fields in order.
 #[derive(Debug, Clone, PartialEq)]
@@ -62,68 +62,8 @@ pub(crate) fn by_stream<'a>(
     out
 }
 
-/// Why the Redis connection could not be set up.
-#[derive(Debug, thiserror::Error)]
-pub enum ConnectError {
-    /// The URL or TLS settings were refused by the client.
-    #[error("redis client: {0}")]
-    Client(#[from] redis::RedisError),
-    /// A TLS file could not be read.
-    #[error("cannot read {path}: {error}")]
-    File {
-        /// The file.
-        path: String,
-        /// The I/O error.
-        error: String,
-    },
-}
-
-/// A lazy connection manager for the config's URL (TLS files applied): it connects at the
-/// first command and reconnects after a failure, so an outage never needs a new consumer.
-pub(crate) fn connect(config: &ConsumerConfig) -> Result<ConnectionManager, ConnectError> {
-    let client = if config.redis_url.starts_with("rediss://") {
-        // rustls needs a process-wide crypto provider; the application may have set one.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let client_tls = match (&config.tls_client_cert_file, &config.tls_client_key_file) {
-            (Some(cert), Some(key)) => Some(redis::ClientTlsConfig {
-                client_cert: read(cert)?,
-                client_key: read(key)?,
-            }),
-            _ => None,
-        };
-        let root_cert = config.tls_ca_file.as_deref().map(read).transpose()?;
-        redis::Client::build_with_tls(
-            config.redis_url.as_str(),
-            redis::TlsCertificates {
-                client_tls,
-                root_cert,
-            },
-        )?
-    } else {
-        redis::Client::open(config.redis_url.as_str())?
-    };
-    let manager = redis::aio::ConnectionManagerConfig::new()
-        .set_connection_timeout(Some(Duration::from_secs(2)))
-        // A blocking read holds its reply for up to `block`.
-        .set_response_timeout(Some(config.block + Duration::from_secs(10)))
-        .set_number_of_retries(1)
-        .set_max_delay(Duration::from_millis(500));
-    Ok(ConnectionManager::new_lazy_with_config(client, manager)?)
-}
-
-fn read(path: &Path) -> Result<Vec<u8>, ConnectError> {
-    std::fs::read(path).map_err(|e| ConnectError::File {
-        path: path.display().to_string(),
-        error: e.to_string(),
-    })
-}
-
 /// `XGROUP CREATE key group 0 MKSTREAM`; a group that exists already is left as it is.
-pub(crate) async fn ensure_group(
-    conn: &mut ConnectionManager,
-    key: &str,
-    group: &str,
-) -> RedisResult<()> {
+pub(crate) async fn ensure_group(conn: &mut RedisConn, key: &str, group: &str) -> RedisResult<()> {
     let created: RedisResult<Value> = redis::cmd("XGROUP")
         .arg("CREATE")
         .arg(key)
@@ -148,7 +88,7 @@ pub(crate) fn is_nogroup(e: &redis::RedisError) -> bool {
 /// stream never delivered to the group, now in this consumer's pending list; `acks` are
 /// acknowledged first, in the same round trip.
 pub(crate) async fn read_new(
-    conn: &mut ConnectionManager,
+    conn: &mut RedisConn,
     config: &ConsumerConfig,
     keys: &[Arc<str>],
     acks: &[EntryRef],
@@ -176,7 +116,7 @@ pub(crate) type Pending = (String, u64);
 /// This consumer's pending entries, oldest first, with how many times each was delivered:
 /// `XPENDING key group - + count consumer`.
 pub(crate) async fn pending_mine(
-    conn: &mut ConnectionManager,
+    conn: &mut RedisConn,
     config: &ConsumerConfig,
     key: &str,
 ) -> RedisResult<Vec<Pending>> {
@@ -199,7 +139,7 @@ pub(crate) async fn pending_mine(
 /// The entries with these ids (pipelined `XRANGE key id id`), without touching the group's
 /// state; `None` for an id no longer in the stream (trimmed or deleted).
 pub(crate) async fn fetch(
-    conn: &mut ConnectionManager,
+    conn: &mut RedisConn,
     key: &Arc<str>,
     ids: &[String],
 ) -> RedisResult<Vec<Option<RawEntry>>> {
@@ -221,7 +161,7 @@ pub(crate) async fn fetch(
 /// `XCLAIM key group consumer 0 id RETRYCOUNT n JUSTID` sets the group's delivery counter
 /// to `n` and restarts its idle time. False when the entry is gone from the pending list.
 pub(crate) async fn take_for_delivery(
-    conn: &mut ConnectionManager,
+    conn: &mut RedisConn,
     config: &ConsumerConfig,
     key: &str,
     id: &str,
@@ -246,7 +186,7 @@ pub(crate) async fn take_for_delivery(
 /// counted). An entry idle less than `min_idle` is left alone: it was just delivered,
 /// possibly to another consumer.
 pub(crate) async fn keep_idle_low(
-    conn: &mut ConnectionManager,
+    conn: &mut RedisConn,
     config: &ConsumerConfig,
     refs: &[EntryRef],
     min_idle: Duration,
@@ -267,7 +207,7 @@ pub(crate) async fn keep_idle_low(
 
 /// `XACK key group id...` per stream, pipelined: one round trip.
 pub(crate) async fn ack(
-    conn: &mut ConnectionManager,
+    conn: &mut RedisConn,
     config: &ConsumerConfig,
     refs: &[EntryRef],
 ) -> RedisResult<()> {
@@ -288,7 +228,7 @@ fn add_acks(pipe: &mut redis::Pipeline, config: &ConsumerConfig, refs: &[EntryRe
 }
 
 /// Sends a pipeline whose replies are all ignored; an empty one is not sent.
-async fn run(conn: &mut ConnectionManager, pipe: &redis::Pipeline) -> RedisResult<()> {
+async fn run(conn: &mut RedisConn, pipe: &redis::Pipeline) -> RedisResult<()> {
     if pipe.is_empty() {
         return Ok(());
     }
@@ -299,33 +239,65 @@ async fn run(conn: &mut ConnectionManager, pipe: &redis::Pipeline) -> RedisResul
 /// <original fields> error group deliveries` and its `XACK`, in one script, so that two
 /// consumers that both hold it (one claimed it from the other) write one dead letter, not
 /// two. `Ok(false)`: the entry is no longer this consumer's; nothing was written.
+///
+/// On a cluster the dead stream usually lives in another slot than its stream, and no script
+/// may touch both: the dead letter is written first, then the entry acknowledged if still
+/// this consumer's (one script on its stream), and the dead letter deleted again if it was
+/// not. A crash between the two leaves the entry pending, so it is dead-lettered again later:
+/// twice in the dead stream, never lost.
 pub(crate) async fn dead_letter(
-    conn: &mut ConnectionManager,
+    conn: &mut RedisConn,
     config: &ConsumerConfig,
     raw: &RawEntry,
     error: &str,
     deliveries: u64,
 ) -> RedisResult<bool> {
-    let script = redis::Script::new(DEAD_LETTER);
-    let mut call = script.key(raw.stream.as_ref());
-    call.key(dead_key(&raw.stream))
+    let dead = dead_key(&raw.stream);
+    let mut fields: Vec<(&str, Vec<u8>)> = raw
+        .fields
+        .iter()
+        .filter(|(field, _)| !matches!(field.as_str(), "error" | "group" | "deliveries"))
+        .map(|(field, value)| (field.as_str(), value_bytes(value)))
+        .collect();
+    fields.push(("error", error.as_bytes().to_vec()));
+    fields.push(("group", config.group.as_bytes().to_vec()));
+    fields.push(("deliveries", deliveries.to_string().into_bytes()));
+    let one_slot = Slot::for_key(raw.stream.as_bytes()) == Slot::for_key(dead.as_bytes());
+    if !conn.is_cluster() || one_slot {
+        let script = redis::Script::new(DEAD_LETTER);
+        let mut call = script.key(raw.stream.as_ref());
+        call.key(&dead)
+            .arg(&config.group)
+            .arg(&config.consumer)
+            .arg(&raw.stream_id);
+        for (field, value) in &fields {
+            call.arg(*field).arg(value.as_slice());
+        }
+        let written: i64 = call.invoke_async(conn).await?;
+        return Ok(written == 1);
+    }
+    let mut add = redis::cmd("XADD");
+    add.arg(&dead).arg("*");
+    for (field, value) in &fields {
+        add.arg(*field).arg(value.as_slice());
+    }
+    let dead_id: String = add.query_async(conn).await?;
+    let acked: i64 = redis::Script::new(ACK_IF_MINE)
+        .key(raw.stream.as_ref())
         .arg(&config.group)
         .arg(&config.consumer)
-        .arg(&raw.stream_id);
-    for (field, value) in &raw.fields {
-        if matches!(field.as_str(), "error" | "group" | "deliveries") {
-            continue;
-        }
-        call.arg(field).arg(value_bytes(value));
+        .arg(&raw.stream_id)
+        .invoke_async(conn)
+        .await?;
+    if acked == 1 {
+        return Ok(true);
     }
-    call.arg("error")
-        .arg(error)
-        .arg("group")
-        .arg(&config.group)
-        .arg("deliveries")
-        .arg(deliveries);
-    let written: i64 = call.invoke_async(conn).await?;
-    Ok(written == 1)
+    redis::cmd("XDEL")
+        .arg(&dead)
+        .arg(&dead_id)
+        .query_async::<()>(conn)
+        .await?;
+    Ok(false)
 }
 
 /// The dead stream of a topic's stream: `<stream_prefix><topic>:dead`, as
@@ -339,6 +311,15 @@ const DEAD_LETTER: &str = r"
 local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[3], ARGV[3], 1)
 if #p == 0 or p[1][2] ~= ARGV[2] then return 0 end
 redis.call('XADD', KEYS[2], '*', unpack(ARGV, 4))
+redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
+return 1
+";
+
+/// KEYS: stream. ARGV: group, consumer, stream id. Acknowledges the entry if this consumer
+/// holds it.
+const ACK_IF_MINE: &str = r"
+local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[3], ARGV[3], 1)
+if #p == 0 or p[1][2] ~= ARGV[2] then return 0 end
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
 return 1
 ";
@@ -358,7 +339,7 @@ fn value_bytes(value: &Value) -> Vec<u8> {
 /// consumer is taken for dead): `XAUTOCLAIM ... JUSTID` over the whole pending list, in
 /// batches, without counting a delivery (the next delivery counts it). Returns how many.
 pub(crate) async fn claim_abandoned(
-    conn: &mut ConnectionManager,
+    conn: &mut RedisConn,
     config: &ConsumerConfig,
     key: &str,
 ) -> RedisResult<usize> {

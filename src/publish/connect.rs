@@ -8,10 +8,10 @@
 
 use std::time::Duration;
 
-use redis::aio::{ConnectionLike, ConnectionManager};
+use redis::aio::ConnectionManager;
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
-use redis::{ClientTlsConfig, Cmd, Pipeline, RedisFuture, TlsCertificates, Value};
+use redis::{ClientTlsConfig, TlsCertificates};
 
 use crate::config::RedisSettings;
 use crate::pem::{self, TlsSettingError};
@@ -83,18 +83,8 @@ impl RedisTls {
     }
 }
 
-/// The seed nodes of a cluster's `redis.url`: comma-separated, blanks around them ignored; a
-/// seed written `host:port` means `redis://host:port`.
-pub fn seeds(url: &str) -> Vec<String> {
-    url.split(',')
-        .map(str::trim)
-        .filter(|seed| !seed.is_empty())
-        .map(|seed| match seed.contains("://") {
-            true => seed.to_string(),
-            false => format!("redis://{seed}"),
-        })
-        .collect()
-}
+use outbox_consumer::redis_conn;
+pub use outbox_consumer::redis_conn::{seeds, RedisConn};
 
 /// Checks a cluster's seed list as the client will read it; `Err` says what is wrong.
 pub fn check_seeds(url: &str) -> Result<(), String> {
@@ -119,59 +109,6 @@ pub fn check_seeds(url: &str) -> Result<(), String> {
         .map_err(|e| e.to_string())
 }
 
-/// A connection to Redis, cheap to clone: one server's connection manager, or a cluster
-/// connection. Commands go through [`ConnectionLike`] either way; on a cluster each goes to
-/// the master of its first key's slot (a script call: its stream's), and a keyless one such
-/// as PING to every master.
-#[derive(Clone)]
-pub enum RedisConn {
-    /// One server (`redis.cluster = false`).
-    Single(ConnectionManager),
-    /// A Redis Cluster, from its seed nodes.
-    Cluster(ClusterConnection),
-}
-
-impl From<ConnectionManager> for RedisConn {
-    fn from(conn: ConnectionManager) -> Self {
-        RedisConn::Single(conn)
-    }
-}
-
-impl RedisConn {
-    /// Whether this is a cluster connection.
-    pub fn is_cluster(&self) -> bool {
-        matches!(self, RedisConn::Cluster(_))
-    }
-}
-
-impl ConnectionLike for RedisConn {
-    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        match self {
-            RedisConn::Single(conn) => conn.req_packed_command(cmd),
-            RedisConn::Cluster(conn) => conn.req_packed_command(cmd),
-        }
-    }
-
-    fn req_packed_commands<'a>(
-        &'a mut self,
-        pipeline: &'a Pipeline,
-        offset: usize,
-        count: usize,
-    ) -> RedisFuture<'a, Vec<Value>> {
-        match self {
-            RedisConn::Single(conn) => conn.req_packed_commands(pipeline, offset, count),
-            RedisConn::Cluster(conn) => conn.req_packed_commands(pipeline, offset, count),
-        }
-    }
-
-    fn get_db(&self) -> i64 {
-        match self {
-            RedisConn::Single(conn) => conn.get_db(),
-            RedisConn::Cluster(conn) => conn.get_db(),
-        }
-    }
-}
-
 /// The relay's connection for these settings (`redis.url`, `redis.cluster`, `redis.timeout`),
 /// over TLS with `tls`'s files when given. Lazy: nothing connects before the first command.
 /// Must be called inside a Tokio runtime (a cluster connection starts its task there).
@@ -186,33 +123,15 @@ pub fn connect(
     }
 }
 
-/// A lazy cluster connection from `seeds`: it learns the slots from the first seed that
-/// answers and connects to each master as commands need it. A command (after any MOVED or
-/// ASK it followed) may take up to `timeout`; a node that refuses connections fails its
-/// commands after one quick retry, so a dead master costs its own topics little time and the
-/// others none.
+/// A lazy cluster connection from `seeds`; a command (after any MOVED or ASK it followed)
+/// may take up to `timeout`.
 pub fn cluster(
     seeds: &[String],
     timeout: Duration,
     tls: Option<&RedisTls>,
 ) -> Result<ClusterConnection, redis::RedisError> {
-    let mut builder = ClusterClientBuilder::new(seeds.to_vec())
-        .connection_timeout(Duration::from_secs(1))
-        .response_timeout(timeout)
-        // MOVED, ASK and TRYAGAIN are retries too: enough for a slot that moves twice,
-        // few enough that a dead node gives up well within the timeout.
-        .retries(RETRIES)
-        .min_retry_wait(20)
-        .max_retry_wait(200);
-    if let Some(tls) = tls {
-        builder = builder.certs(tls.certificates());
-    }
-    let client = builder.build()?;
-    Ok(client.get_pending_async_connection_with_config(redis::cluster::ClusterConfig::new()))
+    redis_conn::cluster(seeds, timeouts(timeout), tls.map(RedisTls::certificates))
 }
-
-/// Retries of one cluster command (redirections included).
-const RETRIES: u32 = 4;
 
 /// A lazy connection manager for `url`, over TLS with `tls`'s files when given; a command
 /// (or a pipeline) may take up to `timeout`.
@@ -221,14 +140,12 @@ pub fn manager(
     timeout: Duration,
     tls: Option<&RedisTls>,
 ) -> Result<ConnectionManager, redis::RedisError> {
-    let client = match tls {
-        None => redis::Client::open(url)?,
-        Some(tls) => redis::Client::build_with_tls(url, tls.certificates())?,
-    };
-    let config = redis::aio::ConnectionManagerConfig::new()
-        .set_connection_timeout(Some(Duration::from_secs(1)))
-        .set_response_timeout(Some(timeout))
-        .set_number_of_retries(1)
-        .set_max_delay(Duration::from_millis(500));
-    ConnectionManager::new_lazy_with_config(client, config)
+    redis_conn::manager(url, timeouts(timeout), tls.map(RedisTls::certificates))
+}
+
+fn timeouts(response: Duration) -> redis_conn::Timeouts {
+    redis_conn::Timeouts {
+        connect: Duration::from_secs(1),
+        response,
+    }
 }

@@ -231,3 +231,80 @@ async fn rediss_seeds_deliver_with_the_ca_file_and_an_unknown_ca_is_never_talked
     assert_eq!(streamed, 600);
     assert_eq!(db.scalar(NO_ATTEMPTS).await, 0);
 }
+
+/// Example consumers with `--cluster`, on a stream whose dead stream lives on another master
+/// (so a dead letter cannot be one script): SIGKILLed and restarted while events flow, they
+/// apply every event once and dead-letter each poison event once; `tail` reads the stream
+/// through the seed list.
+#[tokio::test(flavor = "multi_thread")]
+async fn cluster_consumers_apply_every_event_once_and_dead_letter_across_masters() {
+    let cluster = OwnCluster::start(3);
+    let db = TestDb::new().await;
+    let redis = (0..100)
+        .map(|_| cluster.test_redis())
+        .find(|r| cluster.owner_of(&r.stream("t0")) != cluster.owner_of(&r.stream("t0:dead")))
+        .expect("a prefix whose t0 and t0:dead streams are on two masters");
+    let _relay = RelayProc::spawn("cluster-consumers", &base_env(&db, &redis));
+    let args = [
+        "--claim-idle",
+        "2s",
+        "--max-deliveries",
+        "10",
+        "--batch-size",
+        "50",
+        "--retry-base",
+        "50ms",
+        "--concurrency",
+        "4",
+    ];
+    let group = EFFECTS_GROUP;
+    let mut consumers: Vec<ExampleConsumer> = (0..2)
+        .map(|i| ExampleConsumer::spawn(&db, &redis, "t0", group, &format!("c{i}"), &args))
+        .collect();
+    db.exec(
+        "INSERT INTO outbox (topic, payload, partition_key)
+         SELECT 't0', jsonb_build_object('poison', true, 'n', -i), 'k' || i
+         FROM generate_series(1, 2) AS i",
+    )
+    .await;
+    let producer = tokio::spawn({
+        let url = db.url.clone();
+        async move { produce_rounds(&url, 0, 20, 50, 1, 10, Duration::from_millis(50)).await }
+    });
+    let mut kills = 0;
+    while !producer.is_finished() || kills < 4 {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        let victim = kills % consumers.len();
+        consumers[victim].kill9();
+        kills += 1;
+        let name = format!("c{victim}-{kills}");
+        consumers[victim] = ExampleConsumer::spawn(&db, &redis, "t0", group, &name, &args);
+    }
+    producer.await.expect("producer");
+    db.wait_until_published(Duration::from_secs(60)).await;
+    wait_settled(&db, &redis, "t0", 1000, 2).await;
+    assert_effects_exactly_once(&db, "t0").await;
+    let dead = redis.entries("t0:dead").await;
+    for letter in &dead {
+        assert!(letter["payload"].contains("poison"), "{letter:?}");
+        assert_eq!(letter["group"], group);
+        assert_eq!(letter["deliveries"], "10");
+    }
+
+    let out = crate::tail::tail_output(&redis, &["t0", "--from", "0", "--count", "5"]).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let printed = crate::tail::lines(&out);
+    let first: Vec<String> = redis.entries_ids("t0").await.into_iter().take(5).collect();
+    let tailed: Vec<String> = printed
+        .iter()
+        .map(|line| line["stream_id"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert_eq!(
+        tailed, first,
+        "tail prints the stream's first entries in order"
+    );
+}

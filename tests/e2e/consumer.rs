@@ -4,94 +4,15 @@
 //! a restart; a malformed entry dead-lettered without blocking its key).
 
 use std::collections::{HashMap, HashSet};
-use std::future::Future;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use outbox_consumer::{Consumer, ConsumerConfig, Entry};
 use rand::Rng;
 
 use crate::support::*;
 
-const GROUP: &str = "effects";
-
-/// Polls `check` until it returns `Ok`, or panics after `timeout` with its last `Err`.
-async fn wait_until<F, Fut>(timeout: Duration, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<(), String>>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        let last = match check().await {
-            Ok(()) => return,
-            Err(e) => e,
-        };
-        assert!(Instant::now() < deadline, "timed out: {last}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-/// Each event of `topic` in the outbox that is not poison has exactly one row in
-/// `example_effects`, and no poison event has one.
-async fn assert_effects_exactly_once(db: &TestDb, topic: &str) {
-    let doubled = db
-        .scalar(
-            "SELECT count(*) FROM (SELECT event_id FROM example_effects
-             GROUP BY event_id HAVING count(*) > 1) d",
-        )
-        .await;
-    assert_eq!(doubled, 0, "events applied more than once");
-    let missing = db
-        .scalar(&format!(
-            "SELECT count(*) FROM outbox o WHERE o.topic = '{topic}'
-             AND NOT coalesce((o.payload->>'poison')::boolean, false)
-             AND NOT EXISTS (SELECT 1 FROM example_effects e WHERE e.event_id = o.id)"
-        ))
-        .await;
-    assert_eq!(missing, 0, "events never applied");
-    let poisoned = db
-        .scalar(
-            "SELECT count(*) FROM example_effects e JOIN outbox o ON o.id = e.event_id
-             WHERE (o.payload->>'poison')::boolean",
-        )
-        .await;
-    assert_eq!(poisoned, 0, "a poison event's effect committed");
-}
-
-/// Waits until `applied` distinct events are in `example_effects`, `dead` entries are in the
-/// dead stream and the group has nothing pending.
-async fn wait_settled(db: &TestDb, redis: &TestRedis, topic: &str, applied: i64, dead: usize) {
-    // The consumers create the table as they start.
-    db.wait_for(
-        "SELECT count(*) FROM pg_tables WHERE tablename = 'example_effects'",
-        1,
-        Duration::from_secs(30),
-    )
-    .await;
-    wait_until(Duration::from_secs(120), || async {
-        let got = db
-            .scalar("SELECT count(DISTINCT event_id) FROM example_effects")
-            .await;
-        let dead_now = redis.xlen(&format!("{topic}:dead")).await;
-        let (pending, _) = group_pending(redis, topic, GROUP).await;
-        if got == applied && dead_now == dead && pending == 0 {
-            Ok(())
-        } else {
-            let mut errors: Vec<String> = redis
-                .entries(&format!("{topic}:dead"))
-                .await
-                .into_iter()
-                .map(|e| format!("{} {}: {}", e["id"], e["deliveries"], e["error"]))
-                .collect();
-            errors.truncate(5);
-            Err(format!(
-                "applied {got}/{applied}, dead {dead_now}/{dead} {errors:?}, pending {pending}"
-            ))
-        }
-    })
-    .await;
-}
+const GROUP: &str = EFFECTS_GROUP;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn sigkilled_inbox_consumers_apply_every_event_exactly_once() {

@@ -9,18 +9,21 @@ use redis::AsyncCommands;
 
 use crate::support::*;
 
-fn tail(redis: &TestRedis, args: &[&str]) -> Command {
+pub(crate) fn tail(redis: &TestRedis, args: &[&str]) -> Command {
     let mut cmd = Command::new(BIN);
     cmd.arg("tail")
         .args(args)
         .env("REDIS_URL", &redis.url)
         .env("OUTBOX__REDIS__STREAM_PREFIX", &redis.prefix)
         .env("RUST_LOG", "info");
+    if redis.cluster {
+        cmd.env("OUTBOX__REDIS__CLUSTER", "true");
+    }
     cmd
 }
 
 /// Runs `tail` to its end (it must end within a minute).
-async fn tail_output(redis: &TestRedis, args: &[&str]) -> Output {
+pub(crate) async fn tail_output(redis: &TestRedis, args: &[&str]) -> Output {
     let child = tail(redis, args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -36,7 +39,7 @@ async fn tail_output(redis: &TestRedis, args: &[&str]) -> Output {
     .expect("output")
 }
 
-fn lines(out: &Output) -> Vec<serde_json::Value> {
+pub(crate) fn lines(out: &Output) -> Vec<serde_json::Value> {
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .map(|l| serde_json::from_str(l).expect("each line is JSON"))

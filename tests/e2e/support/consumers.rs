@@ -2,14 +2,97 @@
 //! SIGKILLed, their logs read), the group's state in Redis, and stream entries written the
 //! way the relay writes them.
 
+use std::future::Future;
 use std::path::PathBuf;
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 use redis::AsyncCommands;
 use uuid::Uuid;
 
 use super::process::Logged;
 use super::{TestDb, TestRedis, BIN};
+
+/// The group the consumer tests' example consumers join.
+pub const EFFECTS_GROUP: &str = "effects";
+
+/// Polls `check` until it returns `Ok`, or panics after `timeout` with its last `Err`.
+pub async fn wait_until<F, Fut>(timeout: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<(), String>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        let last = match check().await {
+            Ok(()) => return,
+            Err(e) => e,
+        };
+        assert!(Instant::now() < deadline, "timed out: {last}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Each event of `topic` in the outbox that is not poison has exactly one row in
+/// `example_effects`, and no poison event has one.
+pub async fn assert_effects_exactly_once(db: &TestDb, topic: &str) {
+    let doubled = db
+        .scalar(
+            "SELECT count(*) FROM (SELECT event_id FROM example_effects
+             GROUP BY event_id HAVING count(*) > 1) d",
+        )
+        .await;
+    assert_eq!(doubled, 0, "events applied more than once");
+    let missing = db
+        .scalar(&format!(
+            "SELECT count(*) FROM outbox o WHERE o.topic = '{topic}'
+             AND NOT coalesce((o.payload->>'poison')::boolean, false)
+             AND NOT EXISTS (SELECT 1 FROM example_effects e WHERE e.event_id = o.id)"
+        ))
+        .await;
+    assert_eq!(missing, 0, "events never applied");
+    let poisoned = db
+        .scalar(
+            "SELECT count(*) FROM example_effects e JOIN outbox o ON o.id = e.event_id
+             WHERE (o.payload->>'poison')::boolean",
+        )
+        .await;
+    assert_eq!(poisoned, 0, "a poison event's effect committed");
+}
+
+/// Waits until `applied` distinct events are in `example_effects`, `dead` entries are in the
+/// dead stream and group [`EFFECTS_GROUP`] has nothing pending.
+pub async fn wait_settled(db: &TestDb, redis: &TestRedis, topic: &str, applied: i64, dead: usize) {
+    // The consumers create the table as they start.
+    db.wait_for(
+        "SELECT count(*) FROM pg_tables WHERE tablename = 'example_effects'",
+        1,
+        Duration::from_secs(30),
+    )
+    .await;
+    wait_until(Duration::from_secs(120), || async {
+        let got = db
+            .scalar("SELECT count(DISTINCT event_id) FROM example_effects")
+            .await;
+        let dead_now = redis.xlen(&format!("{topic}:dead")).await;
+        let (pending, _) = group_pending(redis, topic, EFFECTS_GROUP).await;
+        if got == applied && dead_now == dead && pending == 0 {
+            Ok(())
+        } else {
+            let mut errors: Vec<String> = redis
+                .entries(&format!("{topic}:dead"))
+                .await
+                .into_iter()
+                .map(|e| format!("{} {}: {}", e["id"], e["deliveries"], e["error"]))
+                .collect();
+            errors.truncate(5);
+            Err(format!(
+                "applied {got}/{applied}, dead {dead_now}/{dead} {errors:?}, pending {pending}"
+            ))
+        }
+    })
+    .await;
+}
 
 /// `target/<profile>/examples/inbox_consumer`, built by `cargo test` beside the relay binary.
 pub fn example_bin() -> PathBuf {
@@ -92,6 +175,9 @@ impl ExampleConsumer {
             .env("REDIS_URL", &redis.url)
             .env("OUTBOX__REDIS__STREAM_PREFIX", &redis.prefix)
             .env("RUST_LOG", "info");
+        if redis.cluster {
+            cmd.env("OUTBOX__REDIS__CLUSTER", "true");
+        }
         ExampleConsumer {
             name: name.to_string(),
             process: Logged::spawn(cmd, log),
@@ -105,7 +191,7 @@ pub async fn group_pending(
     topic: &str,
     group: &str,
 ) -> (usize, Vec<(String, usize)>) {
-    let mut c = redis.conn().await;
+    let mut c = redis.reader().await;
     let reply: redis::RedisResult<redis::streams::StreamPendingReply> =
         c.xpending(redis.stream(topic), group).await;
     match reply {
