@@ -10,6 +10,8 @@
 //!
 //! A payload with `"poison": true` makes the handler fail; after `--max-deliveries` it goes
 //! to `<stream_prefix><topic>:dead`. SIGTERM or SIGINT stops it after the entries in hand.
+//! On a Redis Cluster pass `--cluster` (or `OUTBOX__REDIS__CLUSTER=true`) with the seed nodes,
+//! comma-separated, in `REDIS_URL`.
 
 use std::io::IsTerminal;
 use std::time::Duration;
