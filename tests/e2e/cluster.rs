@@ -257,33 +257,16 @@ async fn cluster_consumers_apply_every_event_once_and_dead_letter_across_masters
         "--concurrency",
         "4",
     ];
+    let chaos = Chaos {
+        consumers: 2,
+        poison: 2,
+        rounds: 20,
+        keys: 10,
+        min_kills: 4,
+        args: &args,
+    };
+    sigkill_while_producing(&db, &redis, chaos).await;
     let group = EFFECTS_GROUP;
-    let mut consumers: Vec<ExampleConsumer> = (0..2)
-        .map(|i| ExampleConsumer::spawn(&db, &redis, "t0", group, &format!("c{i}"), &args))
-        .collect();
-    db.exec(
-        "INSERT INTO outbox (topic, payload, partition_key)
-         SELECT 't0', jsonb_build_object('poison', true, 'n', -i), 'k' || i
-         FROM generate_series(1, 2) AS i",
-    )
-    .await;
-    let producer = tokio::spawn({
-        let url = db.url.clone();
-        async move { produce_rounds(&url, 0, 20, 50, 1, 10, Duration::from_millis(50)).await }
-    });
-    let mut kills = 0;
-    while !producer.is_finished() || kills < 4 {
-        tokio::time::sleep(Duration::from_millis(400)).await;
-        let victim = kills % consumers.len();
-        consumers[victim].kill9();
-        kills += 1;
-        let name = format!("c{victim}-{kills}");
-        consumers[victim] = ExampleConsumer::spawn(&db, &redis, "t0", group, &name, &args);
-    }
-    producer.await.expect("producer");
-    db.wait_until_published(Duration::from_secs(60)).await;
-    wait_settled(&db, &redis, "t0", 1000, 2).await;
-    assert_effects_exactly_once(&db, "t0").await;
     let dead = redis.entries("t0:dead").await;
     for letter in &dead {
         assert!(letter["payload"].contains("poison"), "{letter:?}");

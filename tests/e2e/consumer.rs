@@ -8,7 +8,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use outbox_consumer::{Consumer, ConsumerConfig, Entry};
-use rand::Rng;
 
 use crate::support::*;
 
@@ -34,40 +33,15 @@ async fn sigkilled_inbox_consumers_apply_every_event_exactly_once() {
         "--concurrency",
         "4",
     ];
-    let mut consumers: Vec<ExampleConsumer> = (0..3)
-        .map(|i| ExampleConsumer::spawn(&db, &redis, "t0", GROUP, &format!("c{i}"), &args))
-        .collect();
-    db.exec(
-        "INSERT INTO outbox (topic, payload, partition_key)
-         SELECT 't0', jsonb_build_object('poison', true, 'n', -i), 'k' || i
-         FROM generate_series(1, 3) AS i",
-    )
-    .await;
-    let producer = tokio::spawn({
-        let url = db.url.clone();
-        async move { produce_rounds(&url, 0, 40, 50, 1, 20, Duration::from_millis(50)).await }
-    });
-    let mut kills = 0;
-    let mut rng = rand::rng();
-    while !producer.is_finished() || kills < 12 {
-        let pause = rng.random_range(100..600);
-        tokio::time::sleep(Duration::from_millis(pause)).await;
-        let victim = rng.random_range(0..consumers.len());
-        consumers[victim].kill9();
-        kills += 1;
-        // Half the time the same name (its pending entries are its own again at once), half
-        // a new one (the old name's entries wait for --claim-idle and another consumer).
-        let name = if rng.random_bool(0.5) {
-            consumers[victim].name.clone()
-        } else {
-            format!("c{victim}-{kills}")
-        };
-        consumers[victim] = ExampleConsumer::spawn(&db, &redis, "t0", GROUP, &name, &args);
-    }
-    producer.await.expect("producer");
-    db.wait_until_published(Duration::from_secs(60)).await;
-    wait_settled(&db, &redis, "t0", 2000, 3).await;
-    assert_effects_exactly_once(&db, "t0").await;
+    let chaos = Chaos {
+        consumers: 3,
+        poison: 3,
+        rounds: 40,
+        keys: 20,
+        min_kills: 12,
+        args: &args,
+    };
+    sigkill_while_producing(&db, &redis, chaos).await;
     assert_eq!(
         db.scalar("SELECT count(*) FROM outbox_inbox WHERE consumer_group = 'effects'")
             .await,

@@ -11,7 +11,7 @@ use redis::AsyncCommands;
 use uuid::Uuid;
 
 use super::process::Logged;
-use super::{TestDb, TestRedis, BIN};
+use super::{produce_rounds, TestDb, TestRedis, BIN};
 
 /// The group the consumer tests' example consumers join.
 pub const EFFECTS_GROUP: &str = "effects";
@@ -92,6 +92,68 @@ pub async fn wait_settled(db: &TestDb, redis: &TestRedis, topic: &str, applied: 
         }
     })
     .await;
+}
+
+/// What [`sigkill_while_producing`] does.
+pub struct Chaos<'a> {
+    /// Example consumers of [`EFFECTS_GROUP`] on topic t0 at once.
+    pub consumers: usize,
+    /// Poison events inserted first.
+    pub poison: usize,
+    /// Rounds of 50 events.
+    pub rounds: usize,
+    /// Partition keys of those events.
+    pub keys: usize,
+    /// SIGKILLs at least, also after the producer is done.
+    pub min_kills: usize,
+    /// The consumers' arguments.
+    pub args: &'a [&'a str],
+}
+
+/// Runs the consumers while events of t0 are produced, SIGKILLing one at random every
+/// 100-600 ms and restarting it, half the time under its old name (its pending entries are its
+/// own again at once), half under a new one (they wait for `--claim-idle` and another
+/// consumer). Returns once every event is applied exactly once, each poison event is in the
+/// dead stream and nothing is pending.
+pub async fn sigkill_while_producing(db: &TestDb, redis: &TestRedis, chaos: Chaos<'_>) {
+    use rand::Rng;
+    let spawn =
+        |name: &str| ExampleConsumer::spawn(db, redis, "t0", EFFECTS_GROUP, name, chaos.args);
+    let mut consumers: Vec<ExampleConsumer> = (0..chaos.consumers)
+        .map(|i| spawn(&format!("c{i}")))
+        .collect();
+    db.exec(&format!(
+        "INSERT INTO outbox (topic, payload, partition_key)
+         SELECT 't0', jsonb_build_object('poison', true, 'n', -i), 'k' || i
+         FROM generate_series(1, {}) AS i",
+        chaos.poison
+    ))
+    .await;
+    let producer = tokio::spawn({
+        let url = db.url.clone();
+        let (rounds, keys) = (chaos.rounds, chaos.keys);
+        async move { produce_rounds(&url, 0, rounds, 50, 1, keys, Duration::from_millis(50)).await }
+    });
+    let mut kills = 0;
+    let mut rng = rand::rng();
+    while !producer.is_finished() || kills < chaos.min_kills {
+        let pause = rng.random_range(100..600);
+        tokio::time::sleep(Duration::from_millis(pause)).await;
+        let victim = rng.random_range(0..consumers.len());
+        consumers[victim].kill9();
+        kills += 1;
+        let name = if rng.random_bool(0.5) {
+            consumers[victim].name.clone()
+        } else {
+            format!("c{victim}-{kills}")
+        };
+        consumers[victim] = spawn(&name);
+    }
+    producer.await.expect("producer");
+    db.wait_until_published(Duration::from_secs(60)).await;
+    let events = (chaos.rounds * 50) as i64;
+    wait_settled(db, redis, "t0", events, chaos.poison).await;
+    assert_effects_exactly_once(db, "t0").await;
 }
 
 /// `target/<profile>/examples/inbox_consumer`, built by `cargo test` beside the relay binary.
