@@ -245,25 +245,12 @@ async fn cluster_consumers_apply_every_event_once_and_dead_letter_across_masters
         .find(|r| cluster.owner_of(&r.stream("t0")) != cluster.owner_of(&r.stream("t0:dead")))
         .expect("a prefix whose t0 and t0:dead streams are on two masters");
     let _relay = RelayProc::spawn("cluster-consumers", &base_env(&db, &redis));
-    let args = [
-        "--claim-idle",
-        "2s",
-        "--max-deliveries",
-        "10",
-        "--batch-size",
-        "50",
-        "--retry-base",
-        "50ms",
-        "--concurrency",
-        "4",
-    ];
     let chaos = Chaos {
         consumers: 2,
         poison: 2,
         rounds: 20,
         keys: 10,
         min_kills: 4,
-        args: &args,
     };
     sigkill_while_producing(&db, &redis, chaos).await;
     let group = EFFECTS_GROUP;

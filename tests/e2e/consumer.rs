@@ -18,28 +18,12 @@ async fn sigkilled_inbox_consumers_apply_every_event_exactly_once() {
     let db = TestDb::new().await;
     let redis = TestRedis::shared();
     let _relay = RelayProc::spawn("consumer-relay", &base_env(&db, &redis));
-    let args = [
-        "--claim-idle",
-        "2s",
-        // A kill while an entry is in hand costs it a delivery: a margin so that only the
-        // poison events reach the limit.
-        "--max-deliveries",
-        "10",
-        "--batch-size",
-        "50",
-        "--retry-base",
-        "50ms",
-        // Few database connections each: the killed ones' linger a moment on a shared server.
-        "--concurrency",
-        "4",
-    ];
     let chaos = Chaos {
         consumers: 3,
         poison: 3,
         rounds: 40,
         keys: 20,
         min_kills: 12,
-        args: &args,
     };
     sigkill_while_producing(&db, &redis, chaos).await;
     assert_eq!(
