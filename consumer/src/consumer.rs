@@ -19,7 +19,6 @@ use std::pin::pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::redis_conn::{self, ConnectError, RedisConn};
 use futures::future::FusedFuture;
 use futures::FutureExt;
 
@@ -27,6 +26,7 @@ use crate::config::{ConfigError, ConsumerConfig};
 use crate::entry::Entry;
 use crate::handling::{Batch, Ctx, Delivery, Each, Fate, Process};
 use crate::lanes;
+use crate::redis_conn::{self, ConnectError, RedisConn};
 use crate::retry::{self, ErrorLog};
 use crate::stream::{self, EntryRef};
 

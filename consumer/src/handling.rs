@@ -7,13 +7,13 @@ use std::fmt::Display;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 
-use crate::redis_conn::RedisConn;
 use futures::{FutureExt, StreamExt};
 use uuid::Uuid;
 
 use crate::config::ConsumerConfig;
 use crate::entry::{Entry, EntryError};
 use crate::lanes::Keyed;
+use crate::redis_conn::RedisConn;
 use crate::stream::{self, EntryRef, RawEntry};
 
 /// What the lanes share.
