@@ -23,20 +23,21 @@ WORKDIR /src
 #    dependency graph against stub targets. (If the crate gains targets declared in
 #    Cargo.toml with explicit paths, or workspace members, stub them here too.)
 COPY Cargo.toml Cargo.lock ./
+COPY core/Cargo.toml core/
 COPY consumer/Cargo.toml consumer/
-RUN mkdir src consumer/src \
+RUN mkdir src core/src consumer/src \
  && echo 'fn main() {}' > src/main.rs \
- && touch src/lib.rs consumer/src/lib.rs \
+ && touch src/lib.rs core/src/lib.rs consumer/src/lib.rs \
  && cargo build --release --locked \
- && rm -rf src consumer/src
+ && rm -rf src core/src consumer/src
 
-# 2. The crate itself and the workspace's consumer/ crate. build.rs, migrations/ (embedded at
+# 2. The crate itself and the workspace's core/ and consumer/ crates. build.rs, migrations/ (embedded at
 #    compile time; the consumer crate includes the inbox's) and the UI's static assets
 #    (include_str!) come with the sources; .dockerignore keeps the rest out.
 COPY . .
 # COPY keeps the sources' modification times, which may be older than the stubs' build:
 # touch them so cargo rebuilds the crate rather than keep the stub.
-RUN touch src/main.rs src/lib.rs consumer/src/lib.rs \
+RUN touch src/main.rs src/lib.rs core/src/lib.rs consumer/src/lib.rs \
  && cargo build --release --locked \
  && cp target/release/outbox-relay /outbox-relay
 

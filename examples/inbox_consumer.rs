@@ -20,7 +20,8 @@ use clap::Parser;
 use diesel::sql_types::{Text, Uuid};
 use diesel_async::pooled_connection::AsyncDieselConnectionManager;
 use diesel_async::{AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
-use outbox_consumer::{inbox, Consumer, ConsumerConfig, Entry};
+use outbox_consumer::inbox::{self, Inbox};
+use outbox_consumer::{Consumer, ConsumerConfig, Entry};
 
 #[derive(Parser)]
 #[command(about = "Consume an outbox topic into example_effects, exactly once, with the inbox")]
@@ -137,9 +138,8 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
 
     let delay = args.effect_delay;
     let stats = consumer
-        .run_inbox(
-            pool,
-            |conn, entry: &Entry| {
+        .run(
+            Inbox::new(pool, |conn, entry: &Entry| {
                 Box::pin(async move {
                     if entry.payload.get("poison") == Some(&serde_json::Value::Bool(true)) {
                         return Err(EffectError::Poison);
@@ -156,7 +156,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
                     .await?;
                     Ok(())
                 })
-            },
+            }),
             shutdown_signal(),
         )
         .await;

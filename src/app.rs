@@ -9,7 +9,7 @@ use crate::admin::readiness::ReadinessCheck;
 use crate::admin::{self, AdminState};
 use crate::config::{ConfigError, Settings};
 use crate::db::{self, pool::Drivers, pool::SessionLimits};
-use crate::publish::connect::{self, RedisTls};
+use crate::publish::connect;
 use crate::publish::{Publisher, PublisherConfig};
 use crate::relay::periodic::Periodic;
 use crate::relay::{self, health::Health};
@@ -54,7 +54,6 @@ pub async fn run_until(
     let limits = SessionLimits {
         lease: settings.relay.lease,
     };
-    db::prepared::enable(settings.database.prepared_statements);
     // Without prepared statements the database may be behind a pooler in transaction mode:
     // nothing is then kept in a session between transactions (`db::pooler`).
     db::pooler::configure(!settings.database.prepared_statements, settings.relay.lease);
@@ -82,7 +81,7 @@ pub async fn run_until(
         limits,
         Drivers::Dedicated,
     );
-    let redis_tls = RedisTls::load(&settings.redis).map_err(|e| anyhow::anyhow!(e.0))?;
+    let redis_tls = connect::tls_files(&settings.redis).map_err(|e| anyhow::anyhow!(e.0))?;
     let conn = connect::connect(&settings.redis, redis_tls.as_ref()).context("redis.url")?;
     let publisher = Publisher::new(
         conn,

@@ -383,16 +383,7 @@ impl Settings {
         if let Some(id) = &self.instance_id {
             return id.clone();
         }
-        std::env::var("HOSTNAME")
-            .ok()
-            .filter(|h| !h.is_empty())
-            .or_else(|| {
-                std::fs::read_to_string("/etc/hostname")
-                    .ok()
-                    .map(|h| h.trim().to_string())
-                    .filter(|h| !h.is_empty())
-            })
-            .unwrap_or_else(|| "outbox-relay".into())
+        outbox_core::host::name().unwrap_or_else(|| "outbox-relay".into())
     }
 
     /// Published rows are deleted in the publish transaction itself (`published_for = 0s`).

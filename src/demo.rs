@@ -156,7 +156,7 @@ async fn consume_slowly(settings: Settings) {
     };
     consumer
         .run(
-            |_entry| async {
+            |_entry: outbox_consumer::Entry| async {
                 tokio::time::sleep(BILLING_EFFECT).await;
                 Ok::<(), std::convert::Infallible>(())
             },

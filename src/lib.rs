@@ -15,7 +15,6 @@
 //! - [`tail`]: `outbox-relay tail`, a topic's entries as JSON lines (the consumer side itself is
 //!   the `outbox-consumer` crate in `consumer/`).
 //! - [`bench`]: the benchmark command (`outbox-relay bench`).
-//! - [`pem`]: the PEM files TLS settings name.
 //! - [`telemetry`]: logs and metrics, one function per event.
 
 pub mod admin;
@@ -26,7 +25,6 @@ pub mod commands;
 pub mod config;
 pub mod db;
 pub mod demo;
-pub mod pem;
 pub mod producer;
 pub mod publish;
 pub mod relay;

@@ -85,11 +85,8 @@ impl NewEvent {
     }
 }
 
-/// The table's topic rule, checked before the round trip.
-pub fn valid_topic(topic: &str) -> bool {
-    let len = topic.chars().count();
-    (1..=255).contains(&len) && !topic.chars().any(|c| c.is_whitespace() || c.is_control())
-}
+/// The table's topic rule, checked before the round trip (`outbox_core::topic`).
+pub use outbox_core::topic::is_valid as valid_topic;
 
 /// Inserts one event; returns its id.
 pub async fn enqueue(
@@ -121,19 +118,4 @@ pub async fn enqueue_many(
         ids.append(&mut inserted);
     }
     Ok(ids)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn topic_rule_matches_the_table() {
-        assert!(valid_topic("order.created"));
-        assert!(!valid_topic(""));
-        assert!(!valid_topic("a b"));
-        assert!(!valid_topic("a\u{7}"));
-        assert!(!valid_topic(&"x".repeat(256)));
-        assert!(valid_topic(&"x".repeat(255)));
-    }
 }

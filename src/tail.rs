@@ -7,7 +7,7 @@
 use std::io::Write;
 use std::time::Duration;
 
-use outbox_consumer::{Entry, EntryError};
+use outbox_core::{Entry, EntryError};
 use redis::Value;
 
 use crate::config::Settings;
@@ -24,7 +24,7 @@ const COUNT: usize = 100;
 pub enum TailError {
     /// A TLS file could not be used.
     #[error("{0}")]
-    Tls(#[from] crate::pem::TlsSettingError),
+    Tls(#[from] outbox_core::pem::TlsSettingError),
     /// Redis refused or could not be reached.
     #[error("redis: {0}")]
     Redis(#[from] redis::RedisError),
@@ -51,7 +51,7 @@ pub async fn run(settings: &Settings, options: TailOptions) -> Result<(), TailEr
     if options.from != "0" && options.from != "$" {
         return Err(TailError::From(options.from));
     }
-    let tls = connect::RedisTls::load(&settings.redis)?;
+    let tls = connect::tls_files(&settings.redis)?;
     let mut redis_settings = settings.redis.clone();
     // A blocking read must end before the client gives up on it.
     redis_settings.timeout = redis_settings.timeout.max(BLOCK * 3);
@@ -154,18 +154,7 @@ impl Reader {
         group: &str,
         from: &str,
     ) -> Result<Reader, TailError> {
-        let created: redis::RedisResult<()> = redis::cmd("XGROUP")
-            .arg("CREATE")
-            .arg(key)
-            .arg(group)
-            .arg(from)
-            .arg("MKSTREAM")
-            .query_async(conn)
-            .await;
-        match created {
-            Err(e) if e.code() != Some("BUSYGROUP") => return Err(e.into()),
-            _ => {}
-        }
+        outbox_core::groups::create(conn, key, group, from).await?;
         Ok(Reader::Group {
             key: key.to_string(),
             group: group.to_string(),

@@ -1,65 +1,64 @@
-//! The consumer's settings: a plain struct with a builder-style setter per field, checked by
-//! [`ConsumerConfig::validate`] before anything connects.
+//! The consumer's settings: a builder with a setter per setting, checked by
+//! [`crate::Consumer::new`] before anything connects.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
+use outbox_core::pem::TlsSettingError;
+use outbox_core::redis_conn::{self, TlsFiles, TlsPaths};
+use outbox_core::{host, keys, topic};
+
 /// Settings of one [`crate::Consumer`]. Start from [`ConsumerConfig::new`], which fills in
-/// every default, then change what you need.
+/// every default, then change what you need with the setters; each setting's meaning is on
+/// its setter.
 #[derive(Debug, Clone)]
 pub struct ConsumerConfig {
     /// `redis://host:port[/db]` or `rediss://...` for TLS; with [`ConsumerConfig::cluster`],
     /// the cluster's seed nodes, comma-separated (`host:port` means `redis://host:port`).
-    pub redis_url: String,
+    pub(crate) redis_url: String,
     /// `redis_url` names a Redis Cluster's seed nodes: each command goes to the master of its
     /// stream's slot. One XREADGROUP can only read streams of one slot, so the topics of one
     /// consumer must share one (one topic always does); run a consumer per topic otherwise.
-    pub cluster: bool,
+    pub(crate) cluster: bool,
     /// PEM file of a private CA to trust for `rediss://` (else the system's roots).
-    pub tls_ca_file: Option<PathBuf>,
+    pub(crate) tls_ca_file: Option<PathBuf>,
     /// PEM client certificate for mutual TLS (with `tls_client_key_file`).
-    pub tls_client_cert_file: Option<PathBuf>,
+    pub(crate) tls_client_cert_file: Option<PathBuf>,
     /// PEM private key of the client certificate.
-    pub tls_client_key_file: Option<PathBuf>,
+    pub(crate) tls_client_key_file: Option<PathBuf>,
     /// The relay's `redis.stream_prefix`: the stream is `<stream_prefix><topic>`.
-    pub stream_prefix: String,
+    pub(crate) stream_prefix: String,
     /// The topics to consume, one stream each: one XREADGROUP reads all of them, so a batch
     /// (and a batch handler's transaction) can hold events of several topics. Partition keys
     /// are per topic: one key's events of one topic are handled in stream order.
-    pub topics: Vec<String>,
+    pub(crate) topics: Vec<String>,
     /// The consumer group; created (from the start of the stream) when missing.
-    pub group: String,
+    pub(crate) group: String,
     /// This consumer's name in the group. Keep it across restarts of the same process slot
     /// (a pod name) so a restart finds and finishes its own pending entries at once, instead
     /// of after `claim_idle`. Default: `<hostname>-<pid>`.
-    pub consumer: String,
+    pub(crate) consumer: String,
     /// Entries read per XREADGROUP (its COUNT, which Redis applies per stream: a read over
     /// several topics returns up to this many of each).
-    pub batch_size: usize,
+    pub(crate) batch_size: usize,
     /// How long one XREADGROUP waits for new entries (its BLOCK); also bounds how long a
     /// shutdown waits for the read in progress.
-    pub block: Duration,
+    pub(crate) block: Duration,
     /// Entries another consumer has held unacknowledged this long are claimed by this one
     /// (XAUTOCLAIM): their consumer is taken for dead. A live consumer keeps the entries it
     /// is handling from being claimed (it refreshes their idle time every third of this), so
     /// slow handlers are fine; this is how long a dead or frozen consumer's entries wait.
-    pub claim_idle: Duration,
+    pub(crate) claim_idle: Duration,
     /// Deliveries after which a failing entry goes to its topic's dead stream
     /// `<stream_prefix><topic>:dead`.
-    pub max_deliveries: u64,
+    pub(crate) max_deliveries: u64,
     /// Lanes (partition keys, or unkeyed entries) handled at once.
-    pub concurrency: usize,
+    pub(crate) concurrency: usize,
     /// First wait before a failed entry is retried; doubles per delivery, with jitter.
-    pub retry_base: Duration,
+    pub(crate) retry_base: Duration,
     /// Cap of that wait. Keep it below `claim_idle`, or other consumers take the entry (and
     /// the rest of its key) while this one waits.
-    pub retry_max: Duration,
-    /// Inbox rows older than this are deleted (inbox mode only). It must exceed how long an
-    /// entry can still be redelivered: entries are redelivered until acknowledged, so this is
-    /// about the longest outage or backlog you plan to survive; days, not minutes.
-    pub inbox_retention: Duration,
-    /// How often the inbox retention runs.
-    pub inbox_cleanup_interval: Duration,
+    pub(crate) retry_max: Duration,
 }
 
 /// A setting that cannot work.
@@ -75,7 +74,7 @@ pub struct ConfigError {
 impl ConsumerConfig {
     /// Defaults for consuming `topic` as `group` from `redis_url`: prefix `outbox:`, batches
     /// of 100, block 2 s, claim idle 30 s, 5 deliveries, 16 lanes at once, retries from 200 ms
-    /// to 10 s, inbox retention 7 days checked every minute.
+    /// to 10 s.
     pub fn new(
         redis_url: impl Into<String>,
         topic: impl Into<String>,
@@ -98,69 +97,78 @@ impl ConsumerConfig {
             concurrency: 16,
             retry_base: Duration::from_millis(200),
             retry_max: Duration::from_secs(10),
-            inbox_retention: Duration::from_secs(7 * 24 * 3600),
-            inbox_cleanup_interval: Duration::from_secs(60),
         }
     }
 
-    /// Sets [`ConsumerConfig::topics`]: this consumer reads all of them (the topic given to
-    /// [`ConsumerConfig::new`] is replaced).
+    /// The topics to consume, one stream each: one XREADGROUP reads all of them, so a batch
+    /// (and a batch handler's transaction) can hold events of several topics. Partition keys
+    /// are per topic: one key's events of one topic are handled in stream order.
+    /// The topic given to [`ConsumerConfig::new`] is replaced.
     pub fn topics<T: Into<String>>(mut self, topics: impl IntoIterator<Item = T>) -> Self {
         self.topics = topics.into_iter().map(Into::into).collect();
         self
     }
-    /// Sets [`ConsumerConfig::cluster`].
+    /// `redis_url` names a Redis Cluster's seed nodes: each command goes to the master of its
+    /// stream's slot. One XREADGROUP can only read streams of one slot, so the topics of one
+    /// consumer must share one (one topic always does); run a consumer per topic otherwise.
     pub fn cluster(mut self, cluster: bool) -> Self {
         self.cluster = cluster;
         self
     }
-    /// Sets [`ConsumerConfig::stream_prefix`].
+    /// The relay's `redis.stream_prefix`: the stream is `<stream_prefix><topic>`.
     pub fn stream_prefix(mut self, prefix: impl Into<String>) -> Self {
         self.stream_prefix = prefix.into();
         self
     }
-    /// Sets [`ConsumerConfig::consumer`].
+    /// This consumer's name in the group. Keep it across restarts of the same process slot
+    /// (a pod name) so a restart finds and finishes its own pending entries at once, instead
+    /// of after `claim_idle`. Default: `<hostname>-<pid>`.
     pub fn consumer(mut self, name: impl Into<String>) -> Self {
         self.consumer = name.into();
         self
     }
-    /// Sets [`ConsumerConfig::batch_size`].
+    /// Entries read per XREADGROUP (its COUNT, which Redis applies per stream: a read over
+    /// several topics returns up to this many of each).
     pub fn batch_size(mut self, n: usize) -> Self {
         self.batch_size = n;
         self
     }
-    /// Sets [`ConsumerConfig::block`].
+    /// How long one XREADGROUP waits for new entries (its BLOCK); also bounds how long a
+    /// shutdown waits for the read in progress.
     pub fn block(mut self, d: Duration) -> Self {
         self.block = d;
         self
     }
-    /// Sets [`ConsumerConfig::claim_idle`].
+    /// Entries another consumer has held unacknowledged this long are claimed by this one
+    /// (XAUTOCLAIM): their consumer is taken for dead. A live consumer keeps the entries it
+    /// is handling from being claimed (it refreshes their idle time every third of this), so
+    /// slow handlers are fine; this is how long a dead or frozen consumer's entries wait.
     pub fn claim_idle(mut self, d: Duration) -> Self {
         self.claim_idle = d;
         self
     }
-    /// Sets [`ConsumerConfig::max_deliveries`].
+    /// Deliveries after which a failing entry goes to its topic's dead stream
+    /// `<stream_prefix><topic>:dead`.
     pub fn max_deliveries(mut self, n: u64) -> Self {
         self.max_deliveries = n;
         self
     }
-    /// Sets [`ConsumerConfig::concurrency`].
+    /// Lanes (partition keys, or unkeyed entries) handled at once.
     pub fn concurrency(mut self, n: usize) -> Self {
         self.concurrency = n;
         self
     }
-    /// Sets [`ConsumerConfig::retry_base`] and [`ConsumerConfig::retry_max`].
+    /// The wait before a failed entry is retried: `base` the first time, doubling per
+    /// delivery with jitter, up to `max`. Keep `max` below `claim_idle`, or other consumers
+    /// take the entry (and the rest of its key) while this one waits.
     pub fn retry(mut self, base: Duration, max: Duration) -> Self {
         self.retry_base = base;
         self.retry_max = max;
         self
     }
-    /// Sets [`ConsumerConfig::inbox_retention`].
-    pub fn inbox_retention(mut self, d: Duration) -> Self {
-        self.inbox_retention = d;
-        self
-    }
-    /// Sets the TLS files (see the fields); all optional.
+    /// The TLS files of a `rediss://` URL (PEM, all optional): a private CA to trust instead
+    /// of the system's roots, and a client certificate with its key for mutual TLS. Read and
+    /// checked by [`crate::Consumer::new`].
     pub fn tls_files(
         mut self,
         ca: Option<PathBuf>,
@@ -173,12 +181,37 @@ impl ConsumerConfig {
         self
     }
 
+    /// The consumer group.
+    pub fn group_name(&self) -> &str {
+        &self.group
+    }
+
+    /// This consumer's name in the group.
+    pub fn consumer_name(&self) -> &str {
+        &self.consumer
+    }
+
+    /// The topics read.
+    pub fn topic_names(&self) -> &[String] {
+        &self.topics
+    }
+
     /// The keys of the topics' streams: `<stream_prefix><topic>` each.
     pub fn stream_keys(&self) -> Vec<String> {
         self.topics
             .iter()
-            .map(|topic| format!("{}{topic}", self.stream_prefix))
+            .map(|topic| keys::stream_key(&self.stream_prefix, topic))
             .collect()
+    }
+
+    /// The TLS files, read and checked; `None` when none is set.
+    pub(crate) fn load_tls(&self) -> Result<Option<TlsFiles>, TlsSettingError> {
+        let paths = TlsPaths {
+            ca: (self.tls_ca_file.as_deref(), "tls_ca_file"),
+            cert: (self.tls_client_cert_file.as_deref(), "tls_client_cert_file"),
+            key: (self.tls_client_key_file.as_deref(), "tls_client_key_file"),
+        };
+        TlsFiles::load(paths, &redis_conn::urls(&self.redis_url, self.cluster))
     }
 
     /// Whether every topic's stream hashes to one cluster slot.
@@ -195,21 +228,18 @@ impl ConsumerConfig {
 
     /// The key of a topic's dead stream: `<stream_prefix><topic>:dead`.
     pub fn dead_key(&self, topic: &str) -> String {
-        format!("{}{topic}:dead", self.stream_prefix)
+        keys::dead_key(&self.stream_prefix, topic)
     }
 
-    /// Checks every field; the error names the first bad one.
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    /// Checks every setting; the error names the first bad one.
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         let bad = |setting, reason: &str| {
             Err(ConfigError {
                 setting,
                 reason: reason.to_string(),
             })
         };
-        let urls = match self.cluster {
-            true => crate::redis_conn::seeds(&self.redis_url),
-            false => vec![self.redis_url.clone()],
-        };
+        let urls = redis_conn::urls(&self.redis_url, self.cluster);
         if urls.is_empty() {
             return bad("redis_url", "names no seed node");
         }
@@ -219,27 +249,12 @@ impl ConsumerConfig {
         {
             return bad("redis_url", "must start with redis:// or rediss://");
         }
-        let tls_files = self.tls_ca_file.is_some()
-            || self.tls_client_cert_file.is_some()
-            || self.tls_client_key_file.is_some();
-        if tls_files && !urls.iter().all(|u| u.starts_with("rediss://")) {
-            return bad(
-                "tls_ca_file",
-                "TLS files need a rediss:// redis_url (every seed's, on a cluster)",
-            );
-        }
-        if self.tls_client_cert_file.is_some() != self.tls_client_key_file.is_some() {
-            return bad(
-                "tls_client_cert_file",
-                "the client certificate and key go together: set both or neither",
-            );
-        }
         if self.topics.is_empty() {
             return bad("topics", "at least one topic");
         }
         for (i, topic) in self.topics.iter().enumerate() {
-            if topic.is_empty() || topic.chars().any(|c| c.is_whitespace() || c.is_control()) {
-                return bad("topics", "each 1 or more characters, no whitespace");
+            if !topic::is_valid(topic) {
+                return bad("topics", &format!("each {}", topic::RULE));
             }
             if self.topics[..i].contains(topic) {
                 return bad("topics", "each topic once");
@@ -275,27 +290,15 @@ impl ConsumerConfig {
         if self.retry_base.is_zero() || self.retry_max < self.retry_base {
             return bad("retry_base", "more than 0 and at most retry_max");
         }
-        if self.inbox_cleanup_interval.is_zero() {
-            return bad("inbox_cleanup_interval", "more than 0");
-        }
         Ok(())
     }
 }
 
 /// `<hostname>-<pid>`: unique among running processes, and stable for nothing (pass your pod
 /// name to keep a restart's pending entries its own).
-pub fn default_consumer_name() -> String {
-    let host = std::env::var("HOSTNAME")
-        .ok()
-        .filter(|h| !h.trim().is_empty())
-        .or_else(|| {
-            std::fs::read_to_string("/proc/sys/kernel/hostname")
-                .ok()
-                .map(|h| h.trim().to_string())
-                .filter(|h| !h.is_empty())
-        })
-        .unwrap_or_else(|| "consumer".to_string());
-    format!("{}-{}", host.trim(), std::process::id())
+fn default_consumer_name() -> String {
+    let host = host::name().unwrap_or_else(|| "consumer".to_string());
+    format!("{host}-{}", std::process::id())
 }
 
 #[cfg(test)]
@@ -331,12 +334,14 @@ mod tests {
                 .map_err(|e| e.setting),
             Err("redis_url")
         );
-        assert_eq!(
-            c().tls_files(Some("ca.pem".into()), None, None)
-                .validate()
-                .map_err(|e| e.setting),
-            Err("tls_ca_file")
-        );
+        assert!(c()
+            .tls_files(Some("ca.pem".into()), None, None)
+            .load_tls()
+            .is_err_and(|e| e.0.contains("rediss://")));
+        assert!(ConsumerConfig::new("rediss://h", "t", "g")
+            .tls_files(None, Some("cert.pem".into()), None)
+            .load_tls()
+            .is_err_and(|e| e.0.contains("go together")));
         assert_eq!(
             c().consumer("a b").validate().map_err(|e| e.setting),
             Err("consumer")
@@ -363,13 +368,10 @@ mod tests {
             Ok(())
         );
         assert_eq!(c(" , ").validate().map_err(|e| e.setting), Err("redis_url"));
-        assert_eq!(
-            c("rediss://h:1,redis://h:2")
-                .tls_files(Some("ca.pem".into()), None, None)
-                .validate()
-                .map_err(|e| e.setting),
-            Err("tls_ca_file")
-        );
+        assert!(c("rediss://h:1,redis://h:2")
+            .tls_files(Some("ca.pem".into()), None, None)
+            .load_tls()
+            .is_err_and(|e| e.0.contains("rediss://")));
         // `outbox:a` and `outbox:b` hash to different slots; one hash tag puts them in one.
         assert_eq!(
             c("h:1")

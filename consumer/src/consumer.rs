@@ -13,7 +13,6 @@
 
 use std::collections::{HashMap, HashSet};
 use std::convert::Infallible;
-use std::fmt::Display;
 use std::future::Future;
 use std::pin::pin;
 use std::sync::Arc;
@@ -22,12 +21,14 @@ use std::time::{Duration, Instant};
 use futures::future::FusedFuture;
 use futures::FutureExt;
 
+use outbox_core::backoff::{self, ErrorLog};
+use outbox_core::redis_conn::{self, Timeouts};
+use outbox_core::{groups, ConnectError, RedisConn};
+
 use crate::config::{ConfigError, ConsumerConfig};
-use crate::entry::Entry;
-use crate::handling::{Batch, Ctx, Delivery, Each, Fate, Process};
+use crate::handler::Processing;
+use crate::handling::{Ctx, Delivery, Fate, Process};
 use crate::lanes;
-use crate::redis_conn::{self, ConnectError, RedisConn};
-use crate::retry::{self, ErrorLog};
 use crate::stream::{self, EntryRef};
 
 /// Why a consumer could not be built. Nothing after that is fatal: outages are retried.
@@ -36,7 +37,7 @@ pub enum ConsumerError {
     /// A setting is invalid.
     #[error(transparent)]
     Config(#[from] ConfigError),
-    /// The Redis client could not be set up (bad URL, unreadable TLS file).
+    /// The Redis client could not be set up (bad URL, unreadable or mismatched TLS files).
     #[error(transparent)]
     Connect(#[from] ConnectError),
 }
@@ -54,22 +55,37 @@ pub struct RunStats {
 }
 
 /// A member of a consumer group on the streams of one or more topics
-/// ([`ConsumerConfig::topics`]). Build it with [`Consumer::new`], then call one of the `run`
-/// methods with a handler and a shutdown future.
+/// ([`ConsumerConfig::topics`]). Build it with [`Consumer::new`], then [`Consumer::run`] it
+/// with a handler and a shutdown future.
 pub struct Consumer {
     config: ConsumerConfig,
     conn: RedisConn,
     /// The topics' streams, in the order of `config.topics`.
     keys: Vec<Arc<str>>,
+    group: Arc<str>,
 }
 
 impl Consumer {
-    /// Checks the settings and prepares the connection (lazy: nothing connects before `run`).
+    /// Checks the settings and the TLS files, and prepares the connection (lazy: nothing
+    /// connects before `run`).
     pub fn new(config: ConsumerConfig) -> Result<Consumer, ConsumerError> {
         config.validate()?;
-        let conn = redis_conn::connect(&config)?;
+        let tls = config.load_tls().map_err(ConnectError::from)?;
+        let timeouts = Timeouts {
+            connect: Duration::from_secs(2),
+            // A blocking read holds its reply for up to `block`.
+            response: config.block + Duration::from_secs(10),
+        };
+        let conn = redis_conn::connect(&config.redis_url, config.cluster, timeouts, tls.as_ref())
+            .map_err(ConnectError::from)?;
         let keys = config.stream_keys().into_iter().map(Arc::from).collect();
-        Ok(Consumer { config, conn, keys })
+        let group = Arc::from(config.group.as_str());
+        Ok(Consumer {
+            config,
+            conn,
+            keys,
+            group,
+        })
     }
 
     /// The settings in use.
@@ -77,38 +93,30 @@ impl Consumer {
         &self.config
     }
 
-    /// Runs until `shutdown` completes, calling `handler` once per entry: entries of one
-    /// partition key one after another in stream order, different keys (and unkeyed
-    /// entries) up to `concurrency` at once. An entry is acknowledged after its handler
-    /// returned `Ok`; after an `Err` it is retried (later entries of its key wait), and dead-
-    /// lettered after `max_deliveries`. On shutdown, handlers in flight finish and their
-    /// entries are acknowledged before this returns.
-    pub async fn run<H, Fut, E>(&self, handler: H, shutdown: impl Future<Output = ()>) -> RunStats
-    where
-        H: Fn(Entry) -> Fut,
-        Fut: Future<Output = Result<(), E>>,
-        E: Display,
-    {
-        self.run_with(&Each::new(handler), shutdown).await
-    }
-
-    /// Runs until `shutdown` completes, calling `handler` with each batch's entries (in
-    /// stream order, the topics' entries merged by stream id; keeping per-key order inside a
-    /// batch is the handler's part). A batch is
-    /// all or nothing: `Ok` acknowledges every entry, `Err` retries every entry, and each
-    /// one is dead-lettered after `max_deliveries`. Use [`Consumer::run`] when one bad entry
-    /// must not take its batch to the dead stream.
-    pub async fn run_batches<H, Fut, E>(
+    /// Runs until `shutdown` completes, handing entries to `handler`: a [`Handler`] (one
+    /// entry at a time; one key's entries one after another in stream order, different keys
+    /// up to `concurrency` at once) or [`Batches`](crate::Batches) of a
+    /// [`BatchHandler`](crate::BatchHandler) (whole batches, all or nothing). An entry is
+    /// acknowledged after its handler succeeded; a failure is retried, dead-lettered or
+    /// waited out as its [`HandlerError`](crate::HandlerError)'s kind says. On shutdown,
+    /// handlers in flight finish and their entries are acknowledged before this returns.
+    ///
+    /// [`Handler`]: crate::Handler
+    pub async fn run<P: Processing>(
         &self,
-        handler: H,
+        handler: P,
         shutdown: impl Future<Output = ()>,
-    ) -> RunStats
-    where
-        H: Fn(Vec<Entry>) -> Fut,
-        Fut: Future<Output = Result<(), E>>,
-        E: Display,
-    {
-        self.run_with(&Batch::new(handler), shutdown).await
+    ) -> RunStats {
+        // The handler's own work (the inbox's retention) runs beside, and stops with the run.
+        let beside = async {
+            handler.maintain(&self.config.group).await;
+            std::future::pending::<RunStats>().await
+        };
+        tokio::select! {
+            biased;
+            stats = self.run_with(&handler, shutdown) => stats,
+            stats = beside => stats,
+        }
     }
 
     pub(crate) async fn run_with<P: Process>(
@@ -142,7 +150,7 @@ impl Consumer {
                     until.saturating_duration_since(Instant::now())
                 }
                 Err(e) => {
-                    if stream::is_nogroup(&e) {
+                    if groups::is_nogroup(&e) {
                         state.group_ready = false;
                     }
                     state.redis_failed(&self.config, &e)
@@ -230,7 +238,7 @@ impl Consumer {
         }
         let deliveries: Vec<Delivery> = raw
             .into_iter()
-            .map(|raw| Delivery::new(raw, 1, false))
+            .map(|raw| Delivery::new(raw, &self.group, 1, false))
             .collect();
         self.handle(ctx, state, process, lanes::group(deliveries))
             .await?;
@@ -264,7 +272,7 @@ impl Consumer {
                 // Read with `>` and held back behind its key, never handled: not a new delivery.
                 let fresh = count == 1 && state.fresh_unattempted.contains(&raw.at());
                 let delivery = if fresh { 1 } else { count + 1 };
-                deliveries.push(Delivery::new(raw, delivery, !fresh));
+                deliveries.push(Delivery::new(raw, &self.group, delivery, !fresh));
             }
         }
         if !gone.is_empty() {
@@ -323,18 +331,19 @@ impl Consumer {
                 Fate::Failed { delivery } => {
                     state.stats.failed += 1;
                     state.maybe_pending = true;
-                    let delay = retry::retry_delay(
-                        delivery,
+                    let delay = backoff::retry_delay(
+                        u32::try_from(delivery).unwrap_or(u32::MAX),
                         self.config.retry_base,
                         self.config.retry_max,
-                        retry::jitter(),
+                        backoff::unit(),
                     );
                     state.retry_at.insert(outcome.at, Instant::now() + delay);
                 }
                 Fate::Outage(error) => {
                     state.maybe_pending = true;
                     outage_error = Some(error);
-                    let delay = retry::outage_delay(1).max(Duration::from_secs(1));
+                    let delay =
+                        backoff::outage_pause(1, backoff::unit()).max(Duration::from_secs(1));
                     state.retry_at.insert(outcome.at, Instant::now() + delay);
                 }
                 Fate::HeldBack { fresh } => {
@@ -462,7 +471,7 @@ impl LoopState {
                 "redis command failed; retrying with backoff"
             );
         }
-        retry::outage_delay(self.outage_failures)
+        backoff::outage_pause(self.outage_failures, backoff::unit())
     }
 }
 

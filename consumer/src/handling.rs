@@ -1,19 +1,20 @@
 //! Handling one batch: the checks before a handler runs (malformed, over the delivery limit,
 //! still this consumer's), the handler kinds (per entry in lanes, per batch), and what a
-//! failure leads to (a retry, or the dead stream). The loop in [`crate::consumer`] decides
+//! failure leads to (a retry, an uncounted retry after an outage, or the dead stream). The loop in [`crate::consumer`] decides
 //! what to read; this decides what becomes of each entry it read.
 
-use std::fmt::Display;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
 
 use futures::{FutureExt, StreamExt};
 use uuid::Uuid;
 
+use outbox_core::{keys, panic, Entry, EntryError, RedisConn};
+
 use crate::config::ConsumerConfig;
-use crate::entry::{Entry, EntryError};
+use crate::handler::{BatchHandler, Batches, ErrorKind, Handler, HandlerError};
 use crate::lanes::Keyed;
-use crate::redis_conn::RedisConn;
 use crate::stream::{self, EntryRef, RawEntry};
 
 /// What the lanes share.
@@ -37,9 +38,10 @@ pub(crate) struct Delivery {
 }
 
 impl Delivery {
-    pub(crate) fn new(raw: RawEntry, delivery: u64, take: bool) -> Delivery {
+    pub(crate) fn new(raw: RawEntry, group: &Arc<str>, delivery: u64, take: bool) -> Delivery {
         let parsed = Entry::from_pairs(raw.stream_id.clone(), &raw.fields).map(|mut e| {
             e.deliveries = delivery;
+            e.group = group.clone();
             e
         });
         let key = match &parsed {
@@ -88,9 +90,11 @@ pub(crate) enum Fate {
     Lost(Option<redis::RedisError>),
 }
 
-/// The part that differs between handler kinds: running a batch's lanes.
+/// The part that differs between handler kinds: running a batch's lanes, and the handler's
+/// own work beside them.
 pub(crate) trait Process {
     async fn process(&self, ctx: &Ctx<'_>, lanes: Vec<Vec<Delivery>>) -> Vec<Outcome>;
+    async fn maintain(&self, group: &str);
 }
 
 /// Checks that need no handler: a malformed entry, or one already delivered more than
@@ -161,7 +165,7 @@ async fn dead_letter(
         Ok(true) => {
             tracing::warn!(
                 stream_id = %d.raw.stream_id, event_id = %d.event_id().map(|id| id.to_string()).unwrap_or_default(), deliveries, error,
-                dead_stream = %stream::dead_key(&d.raw.stream), "entry dead-lettered"
+                dead_stream = %keys::dead_key_of(&d.raw.stream), "entry dead-lettered"
             );
             Fate::DeadLettered
         }
@@ -180,88 +184,93 @@ async fn after_outage(ctx: &Ctx<'_>, conn: &mut RedisConn, d: &Delivery, error: 
     }
 }
 
-/// One handler call per entry, lanes concurrently.
-pub(crate) struct Each<H, E> {
-    handler: H,
-    /// Whether a handler error is an outage (its database away), not the entry's fault:
-    /// such a failure is not counted as a delivery.
-    outage: fn(&E) -> bool,
-}
-
-impl<H, Fut, E> Each<H, E>
-where
-    H: Fn(Entry) -> Fut,
-    Fut: Future<Output = Result<(), E>>,
-    E: Display,
-{
-    pub(crate) fn new(handler: H) -> Self {
-        Each {
-            handler,
-            outage: |_| false,
+/// What a handler's result means for delivery `d`.
+async fn after_handler(
+    ctx: &Ctx<'_>,
+    conn: &mut RedisConn,
+    d: &Delivery,
+    result: &Result<(), Failure>,
+) -> Fate {
+    match result {
+        Ok(()) => Fate::Done,
+        Err(Failure {
+            kind: ErrorKind::Outage,
+            error,
+        }) => after_outage(ctx, conn, d, error).await,
+        Err(Failure {
+            kind: ErrorKind::DeadLetter,
+            error,
+        }) => {
+            tracing::warn!(
+                stream_id = %d.raw.stream_id, event_id = %d.event_id().map(|id| id.to_string()).unwrap_or_default(),
+                delivery = d.delivery, error, "handler dead-lettered the entry"
+            );
+            dead_letter(ctx, conn, d, error, d.delivery).await
         }
-    }
-
-    /// A handler whose errors `outage` says are outages are retried without counting.
-    #[cfg_attr(not(feature = "inbox"), allow(dead_code))]
-    pub(crate) fn with_outages(handler: H, outage: fn(&E) -> bool) -> Self {
-        Each { handler, outage }
-    }
-
-    async fn lane(&self, ctx: &Ctx<'_>, lane: Vec<Delivery>) -> Vec<Outcome> {
-        let mut conn = ctx.conn.clone();
-        let mut out = Vec::with_capacity(lane.len());
-        let mut blocked = false;
-        for d in lane {
-            let fate = if blocked {
-                Fate::HeldBack { fresh: !d.take }
-            } else {
-                self.one(ctx, &mut conn, &d).await
-            };
-            if !matches!(fate, Fate::Done | Fate::DeadLettered) {
-                // Later entries of this key wait: handling them now would reorder the key.
-                blocked = true;
-            }
-            out.push(Outcome {
-                at: d.raw.at(),
-                fate,
-            });
-        }
-        out
-    }
-
-    async fn one(&self, ctx: &Ctx<'_>, conn: &mut RedisConn, d: &Delivery) -> Fate {
-        if let Some(fate) = before_handling(ctx, conn, d).await {
-            return fate;
-        }
-        let Ok(entry) = &d.parsed else {
-            return Fate::Lost(None);
-        };
-        let handled = AssertUnwindSafe((self.handler)(entry.clone()))
-            .catch_unwind()
-            .await;
-        let handled = match handled {
-            Ok(result) => result,
-            Err(panic) => {
-                return after_failure(ctx, conn, d, &panic_message(panic.as_ref())).await;
-            }
-        };
-        match handled {
-            Ok(()) => Fate::Done,
-            Err(e) if (self.outage)(&e) => after_outage(ctx, conn, d, &e.to_string()).await,
-            Err(e) => after_failure(ctx, conn, d, &e.to_string()).await,
-        }
+        Err(Failure { error, .. }) => after_failure(ctx, conn, d, error).await,
     }
 }
 
-impl<H, Fut, E> Process for Each<H, E>
-where
-    H: Fn(Entry) -> Fut,
-    Fut: Future<Output = Result<(), E>>,
-    E: Display,
-{
+/// A handler's failure as the loop keeps it: its kind and its text (a panic is a retry).
+struct Failure {
+    kind: ErrorKind,
+    error: String,
+}
+
+/// Runs `work` (a handler call), turning its error or its panic into a [`Failure`].
+async fn called(work: impl Future<Output = Result<(), HandlerError>>) -> Result<(), Failure> {
+    match AssertUnwindSafe(work).catch_unwind().await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(Failure {
+            kind: e.kind(),
+            error: e.to_string(),
+        }),
+        Err(panic) => Err(Failure {
+            kind: ErrorKind::Retry,
+            error: format!("handler panicked: {}", panic::message(panic.as_ref())),
+        }),
+    }
+}
+
+/// One lane of a per-entry handler: its entries one after another, until one does not succeed
+/// (the later ones of its key then wait: handling them now would reorder the key).
+async fn lane<H: Handler>(handler: &H, ctx: &Ctx<'_>, lane: Vec<Delivery>) -> Vec<Outcome> {
+    let mut conn = ctx.conn.clone();
+    let mut out = Vec::with_capacity(lane.len());
+    let mut blocked = false;
+    for d in lane {
+        let fate = if blocked {
+            Fate::HeldBack { fresh: !d.take }
+        } else {
+            one(handler, ctx, &mut conn, &d).await
+        };
+        if !matches!(fate, Fate::Done | Fate::DeadLettered) {
+            blocked = true;
+        }
+        out.push(Outcome {
+            at: d.raw.at(),
+            fate,
+        });
+    }
+    out
+}
+
+async fn one<H: Handler>(handler: &H, ctx: &Ctx<'_>, conn: &mut RedisConn, d: &Delivery) -> Fate {
+    if let Some(fate) = before_handling(ctx, conn, d).await {
+        return fate;
+    }
+    let Ok(entry) = &d.parsed else {
+        return Fate::Lost(None);
+    };
+    let result = called(handler.handle(entry.clone())).await;
+    after_handler(ctx, conn, d, &result).await
+}
+
+/// A per-entry handler: one call per entry, lanes concurrently.
+impl<H: Handler> Process for H {
     async fn process(&self, ctx: &Ctx<'_>, lanes: Vec<Vec<Delivery>>) -> Vec<Outcome> {
         futures::stream::iter(lanes)
-            .map(|lane| self.lane(ctx, lane))
+            .map(|one_lane| lane(self, ctx, one_lane))
             .buffer_unordered(ctx.config.concurrency)
             .collect::<Vec<Vec<Outcome>>>()
             .await
@@ -269,42 +278,14 @@ where
             .flatten()
             .collect()
     }
-}
 
-/// One handler call per batch, all or nothing.
-pub(crate) struct Batch<H, E> {
-    handler: H,
-    /// Whether a handler error is an outage: the batch is retried without counting a
-    /// delivery (as [`Each`]).
-    outage: fn(&E) -> bool,
-}
-
-impl<H, Fut, E> Batch<H, E>
-where
-    H: Fn(Vec<Entry>) -> Fut,
-    Fut: Future<Output = Result<(), E>>,
-    E: Display,
-{
-    pub(crate) fn new(handler: H) -> Self {
-        Batch {
-            handler,
-            outage: |_| false,
-        }
-    }
-
-    /// A handler whose errors `outage` says are outages are retried without counting.
-    #[cfg_attr(not(feature = "inbox"), allow(dead_code))]
-    pub(crate) fn with_outages(handler: H, outage: fn(&E) -> bool) -> Self {
-        Batch { handler, outage }
+    async fn maintain(&self, group: &str) {
+        Handler::maintain(self, group).await
     }
 }
 
-impl<H, Fut, E> Process for Batch<H, E>
-where
-    H: Fn(Vec<Entry>) -> Fut,
-    Fut: Future<Output = Result<(), E>>,
-    E: Display,
-{
+/// A batch handler: one call per batch, all or nothing.
+impl<B: BatchHandler> Process for Batches<B> {
     async fn process(&self, ctx: &Ctx<'_>, lanes: Vec<Vec<Delivery>>) -> Vec<Outcome> {
         let mut conn = ctx.conn.clone();
         let mut all: Vec<Delivery> = lanes.into_iter().flatten().collect();
@@ -327,21 +308,9 @@ where
             .iter()
             .filter_map(|d| d.parsed.as_ref().ok().cloned())
             .collect();
-        // The error's text, and whether it is an outage.
-        let result = match AssertUnwindSafe((self.handler)(entries))
-            .catch_unwind()
-            .await
-        {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err((e.to_string(), (self.outage)(&e))),
-            Err(panic) => Err((panic_message(panic.as_ref()), false)),
-        };
+        let result = called(self.0.handle_batch(entries)).await;
         for d in batch {
-            let fate = match &result {
-                Ok(()) => Fate::Done,
-                Err((e, true)) => after_outage(ctx, &mut conn, &d, e).await,
-                Err((e, false)) => after_failure(ctx, &mut conn, &d, e).await,
-            };
+            let fate = after_handler(ctx, &mut conn, &d, &result).await;
             out.push(Outcome {
                 at: d.raw.at(),
                 fate,
@@ -349,17 +318,10 @@ where
         }
         out
     }
-}
 
-/// A handler's panic, as the error of its failed delivery: a panicking handler fails its
-/// entry (retried, then dead-lettered) instead of taking the consumer down.
-fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    let text = panic
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a non-text payload".to_string());
-    format!("handler panicked: {text}")
+    async fn maintain(&self, group: &str) {
+        self.0.maintain(group).await
+    }
 }
 
 /// A stream id `ms-seq` as a sortable pair (ids that do not parse sort first).

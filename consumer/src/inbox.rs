@@ -6,13 +6,11 @@
 //! Two consumers handed the same entry at once (one claimed it from the other) cannot both
 //! apply it: the second insert waits on the first one's uncommitted row, then finds it.
 //!
-//! Retention deletes rows older than [`ConsumerConfig::inbox_retention`]; it must exceed how
+//! Retention deletes rows older than [`Inbox::retention`]; it must exceed how
 //! long an entry can still be redelivered (until it is acknowledged: a long outage, a
 //! backlog), or a very late redelivery would apply its effect a second time.
 
-use std::convert::Infallible;
-use std::fmt::Display;
-use std::future::Future;
+use std::marker::PhantomData;
 use std::time::{Duration, Instant};
 
 use bb8::Pool;
@@ -21,12 +19,11 @@ use diesel_async::pooled_connection::{AsyncDieselConnectionManager, PoolError};
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
 use futures::future::BoxFuture;
 
-use crate::config::ConsumerConfig;
-use crate::consumer::{Consumer, RunStats};
-use crate::entry::Entry;
-use crate::handling::{Batch, Each, Process};
-use crate::prepared::prepared;
-use crate::retry::ErrorLog;
+use outbox_core::backoff::ErrorLog;
+use outbox_core::prepared::prepared;
+use outbox_core::Entry;
+
+use crate::handler::{BatchHandler, Handler, HandlerError};
 
 /// The table's DDL: the migration of the relay's `migrations/` folder, written with
 /// `IF NOT EXISTS`, so the relay's `migrate` and [`ensure_table`] run the same text.
@@ -54,7 +51,7 @@ pub enum InboxError<E> {
 
 impl<E> InboxError<E> {
     /// No connection, or the inbox statement failed: the database's fault, not the entry's
-    /// (the delivery is not counted).
+    /// (the delivery is not counted; see the conversion into a [`HandlerError`]).
     pub fn is_outage(&self) -> bool {
         matches!(self, InboxError::Pool(_) | InboxError::Db(_))
     }
@@ -196,24 +193,19 @@ pub async fn delete_older_than(
     .await
 }
 
-/// Every `inbox_cleanup_interval`, deletes the group's rows older than `inbox_retention`, in
-/// batches, until none is left. Errors are logged (rate-limited) and retried next round.
-async fn retention_loop(pool: &PgPool, config: &ConsumerConfig) -> Infallible {
+/// Every `every`, deletes `group`'s rows older than `retention`, in batches, until none is
+/// left. Errors are logged (rate-limited) and retried next round.
+async fn retention_loop(pool: &PgPool, group: &str, retention: Duration, every: Duration) {
     let mut errors = ErrorLog::new(Duration::from_secs(60));
     loop {
-        tokio::time::sleep(config.inbox_cleanup_interval).await;
+        tokio::time::sleep(every).await;
         let round = async {
             let mut conn = pool.get().await.map_err(|e| e.to_string())?;
             let mut deleted = 0;
             loop {
-                let n = delete_older_than(
-                    &mut conn,
-                    &config.group,
-                    config.inbox_retention,
-                    RETENTION_BATCH,
-                )
-                .await
-                .map_err(|e| e.to_string())?;
+                let n = delete_older_than(&mut conn, group, retention, RETENTION_BATCH)
+                    .await
+                    .map_err(|e| e.to_string())?;
                 deleted += n;
                 if (n as i64) < RETENTION_BATCH {
                     return Ok::<usize, String>(deleted);
@@ -222,7 +214,7 @@ async fn retention_loop(pool: &PgPool, config: &ConsumerConfig) -> Infallible {
         };
         match round.await {
             Ok(0) => {}
-            Ok(deleted) => tracing::debug!(deleted, group = %config.group, "inbox retention"),
+            Ok(deleted) => tracing::debug!(deleted, group, "inbox retention"),
             Err(e) => {
                 if let Some(suppressed) = errors.admit(Instant::now()) {
                     tracing::warn!(error = %e, suppressed, "inbox retention failed; retrying next round");
@@ -232,107 +224,163 @@ async fn retention_loop(pool: &PgPool, config: &ConsumerConfig) -> Infallible {
     }
 }
 
-impl Consumer {
-    /// Runs like [`Consumer::run`], with the inbox: for each entry, `effect` runs in a
-    /// transaction on a connection from `pool` that also records the event in
-    /// `outbox_inbox` (see [`apply_once`]); the entry is acknowledged after the commit. A
-    /// redelivered entry is acknowledged without running `effect` again. Also runs the
-    /// inbox retention. The table must exist ([`ensure_table`]).
-    ///
-    /// ```no_run
-    /// # async fn demo(consumer: outbox_consumer::Consumer, pool: outbox_consumer::inbox::PgPool) {
-    /// use diesel_async::RunQueryDsl;
-    /// consumer
-    ///     .run_inbox(
-    ///         pool,
-    ///         |conn, entry| {
-    ///             Box::pin(async move {
-    ///                 diesel::sql_query("INSERT INTO seen (id) VALUES ($1)")
-    ///                     .bind::<diesel::sql_types::Uuid, _>(entry.id)
-    ///                     .execute(conn)
-    ///                     .await
-    ///                     .map(|_| ())
-    ///             })
-    ///         },
-    ///         std::future::pending::<()>(), // your shutdown signal
-    ///     )
-    ///     .await;
-    /// # }
-    /// ```
-    pub async fn run_inbox<F, E>(
-        &self,
-        pool: PgPool,
-        effect: F,
-        shutdown: impl Future<Output = ()>,
-    ) -> RunStats
+/// The inbox as a handler wrapper: each entry's ([`Inbox::new`]) or each batch's
+/// ([`Inbox::for_batches`], run through [`Batches`](crate::Batches)) `effect` runs in a transaction on a connection from the pool that also records
+/// the events in `outbox_inbox`; the entries are acknowledged after the commit, and a
+/// redelivered entry is acknowledged without running `effect` again. While the consumer runs,
+/// the group's rows older than [`Inbox::retention`] are deleted. The table must exist
+/// ([`ensure_table`]).
+///
+/// `effect` is `Fn(&mut AsyncPgConnection, &Entry) -> BoxFuture<Result<(), E>>` for one entry
+/// at a time, or `Fn(&mut AsyncPgConnection, &[Entry]) -> BoxFuture<Result<(), E>>` for
+/// batches, where `E` converts into a [`HandlerError`] (any error type: a retry; or a
+/// `HandlerError` saying what to do). The inbox's own database failures are outages: they
+/// spend no delivery.
+///
+/// ```no_run
+/// # async fn demo(consumer: outbox_consumer::Consumer, pool: outbox_consumer::inbox::PgPool) {
+/// use diesel_async::RunQueryDsl;
+/// use outbox_consumer::{inbox::Inbox, Entry};
+/// let inbox = Inbox::new(pool, |conn, entry: &Entry| {
+///     Box::pin(async move {
+///         diesel::sql_query("INSERT INTO seen (id) VALUES ($1)")
+///             .bind::<diesel::sql_types::Uuid, _>(entry.id)
+///             .execute(conn)
+///             .await
+///             .map(|_| ())
+///     })
+/// });
+/// consumer.run(inbox, std::future::pending::<()>()).await; // your shutdown signal
+/// # }
+/// ```
+pub struct Inbox<F, E> {
+    pool: PgPool,
+    effect: F,
+    retention: Duration,
+    cleanup_interval: Duration,
+    error: PhantomData<fn() -> E>,
+}
+
+impl<F, E> Inbox<F, E> {
+    /// The inbox on `pool` around `effect`, one entry at a time: a [`Handler`]. Rows are kept 7
+    /// days, the retention checked every minute.
+    pub fn new(pool: PgPool, effect: F) -> Self
     where
-        F: for<'r> Fn(&'r mut AsyncPgConnection, &'r Entry) -> BoxFuture<'r, Result<(), E>> + Sync,
-        E: Display + Send,
+        F: for<'r> Fn(&'r mut AsyncPgConnection, &'r Entry) -> BoxFuture<'r, Result<(), E>>,
     {
-        let group = self.config().group.clone();
-        let (pool, effect, group) = (&pool, &effect, group.as_str());
-        let handler = move |entry: Entry| async move {
-            let mut conn = pool.get().await.map_err(InboxError::Pool)?;
-            match apply_once(&mut conn, group, &entry, effect).await? {
-                Applied::Applied => {}
-                Applied::AlreadyDone => tracing::debug!(
-                    event_id = %entry.id, stream_id = %entry.stream_id,
-                    "already in the inbox: effect skipped"
-                ),
-            }
-            Ok::<(), InboxError<E>>(())
-        };
-        let each = Each::with_outages(handler, InboxError::is_outage);
-        self.run_with_retention(&each, pool, shutdown).await
+        Inbox::with(pool, effect)
     }
 
-    /// Runs `process` beside the inbox retention until `shutdown`.
-    async fn run_with_retention<P: Process>(
-        &self,
-        process: &P,
-        pool: &PgPool,
-        shutdown: impl Future<Output = ()>,
-    ) -> RunStats {
-        tokio::select! {
-            biased;
-            stats = self.run_with(process, shutdown) => stats,
-            never = retention_loop(pool, self.config()) => match never {},
+    /// The inbox on `pool` around `effect`, one transaction per batch: a [`BatchHandler`], to
+    /// run as `consumer.run(Batches(Inbox::for_batches(pool, effect)), shutdown)`.
+    pub fn for_batches(pool: PgPool, effect: F) -> Self
+    where
+        F: for<'r> Fn(&'r mut AsyncPgConnection, &'r [Entry]) -> BoxFuture<'r, Result<(), E>>,
+    {
+        Inbox::with(pool, effect)
+    }
+
+    fn with(pool: PgPool, effect: F) -> Self {
+        Inbox {
+            pool,
+            effect,
+            retention: Duration::from_secs(7 * 24 * 3600),
+            cleanup_interval: Duration::from_secs(60),
+            error: PhantomData,
         }
     }
 
-    /// Runs like [`Consumer::run_batches`], with the inbox: each batch's effect runs in one
-    /// transaction that also records its events in `outbox_inbox` (see [`apply_batch_once`]),
-    /// on the entries not applied before; the batch is acknowledged after the commit. One
-    /// commit per batch instead of one per event, so the consumer's database is no longer
-    /// the limit; per-key order holds within the batch if `effect` applies the entries in the
-    /// order given (stream order). A failing batch is retried whole, and its entries go to
-    /// the dead stream after `max_deliveries`: use [`Consumer::run_inbox`] when one bad event
-    /// must not take its neighbours along.
-    pub async fn run_inbox_batches<F, E>(
-        &self,
-        pool: PgPool,
-        effect: F,
-        shutdown: impl Future<Output = ()>,
-    ) -> RunStats
-    where
-        F: for<'r> Fn(&'r mut AsyncPgConnection, &'r [Entry]) -> BoxFuture<'r, Result<(), E>>
-            + Sync,
-        E: Display + Send,
-    {
-        let group = self.config().group.clone();
-        let (pool, effect, group) = (&pool, &effect, group.as_str());
-        let handler = move |entries: Vec<Entry>| async move {
-            let mut conn = pool.get().await.map_err(InboxError::Pool)?;
-            let applied = apply_batch_once(&mut conn, group, &entries, effect).await?;
-            if applied < entries.len() {
-                tracing::debug!(
-                    skipped = entries.len() - applied,
-                    "already in the inbox: effects skipped"
-                );
+    /// Inbox rows older than this are deleted. It must exceed how long an entry can still be
+    /// redelivered: entries are redelivered until acknowledged, so this is about the longest
+    /// outage or backlog you plan to survive; days, not minutes.
+    pub fn retention(mut self, retention: Duration) -> Self {
+        self.retention = retention;
+        self
+    }
+
+    /// How often the retention runs (at least every millisecond).
+    pub fn cleanup_interval(mut self, every: Duration) -> Self {
+        self.cleanup_interval = every.max(Duration::from_millis(1));
+        self
+    }
+
+    async fn maintain_group(&self, group: &str) {
+        retention_loop(&self.pool, group, self.retention, self.cleanup_interval).await
+    }
+}
+
+impl<E: Into<HandlerError>> InboxError<E> {
+    /// What the consumer makes of it: the effect's error as the effect said; the inbox's own
+    /// database failures as outages.
+    fn into_handler_error(self) -> HandlerError {
+        match self {
+            InboxError::Effect(e) => e.into(),
+            InboxError::Pool(e) => {
+                HandlerError::outage(format!("inbox: no database connection: {e}"))
             }
-            Ok::<(), InboxError<E>>(())
+            InboxError::Db(e) => HandlerError::outage(format!("inbox: database error: {e}")),
+        }
+    }
+}
+
+impl<F, E> Handler for Inbox<F, E>
+where
+    F: for<'r> Fn(&'r mut AsyncPgConnection, &'r Entry) -> BoxFuture<'r, Result<(), E>> + Sync,
+    E: Into<HandlerError> + Send,
+{
+    async fn handle(&self, entry: Entry) -> Result<(), HandlerError> {
+        let mut conn = self
+            .pool
+            .get()
+            .await
+            .map_err(|e| InboxError::<E>::Pool(e).into_handler_error())?;
+        let applied = apply_once(&mut conn, &entry.group, &entry, &self.effect).await;
+        match applied.map_err(InboxError::into_handler_error)? {
+            Applied::Applied => {}
+            Applied::AlreadyDone => tracing::debug!(
+                event_id = %entry.id, stream_id = %entry.stream_id,
+                "already in the inbox: effect skipped"
+            ),
+        }
+        Ok(())
+    }
+
+    async fn maintain(&self, group: &str) {
+        self.maintain_group(group).await
+    }
+}
+
+/// One transaction per batch instead of one per event, so the consumer's database is no
+/// longer the limit; per-key order holds within the batch if `effect` applies the entries in
+/// the order given (stream order). A failing batch is retried whole, and its entries go to the
+/// dead stream after `max_deliveries`.
+impl<F, E> BatchHandler for Inbox<F, E>
+where
+    F: for<'r> Fn(&'r mut AsyncPgConnection, &'r [Entry]) -> BoxFuture<'r, Result<(), E>> + Sync,
+    E: Into<HandlerError> + Send,
+{
+    async fn handle_batch(&self, entries: Vec<Entry>) -> Result<(), HandlerError> {
+        let Some(group) = <[Entry]>::first(&entries).map(|e| e.group.clone()) else {
+            return Ok(());
         };
-        let batch = Batch::with_outages(handler, InboxError::is_outage);
-        self.run_with_retention(&batch, pool, shutdown).await
+        let mut conn = self
+            .pool
+            .get()
+            .await
+            .map_err(|e| InboxError::<E>::Pool(e).into_handler_error())?;
+        let applied = apply_batch_once(&mut conn, &group, &entries, &self.effect)
+            .await
+            .map_err(InboxError::into_handler_error)?;
+        if applied < entries.len() {
+            tracing::debug!(
+                skipped = entries.len() - applied,
+                "already in the inbox: effects skipped"
+            );
+        }
+        Ok(())
+    }
+
+    async fn maintain(&self, group: &str) {
+        self.maintain_group(group).await
     }
 }

@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 
 /// What a lane needs to know of an item: its partition key, if any.
-pub trait Keyed {
+pub(crate) trait Keyed {
     /// The partition key; `None` makes the item a lane of its own.
     fn lane_key(&self) -> Option<&str>;
 }
@@ -14,7 +14,7 @@ pub trait Keyed {
 /// Splits `items` (in stream order) into lanes: one per partition key holding that key's
 /// items in their original order, and one per item without a key. Lanes come in the order of
 /// their first item, so a batch with concurrency 1 runs in stream order.
-pub fn group<T: Keyed>(items: Vec<T>) -> Vec<Vec<T>> {
+pub(crate) fn group<T: Keyed>(items: Vec<T>) -> Vec<Vec<T>> {
     let mut lanes: Vec<Vec<T>> = Vec::new();
     let mut by_key: HashMap<String, usize> = HashMap::new();
     for item in items {

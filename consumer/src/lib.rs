@@ -1,26 +1,39 @@
 //! outbox-consumer: reads the Redis Streams that outbox-relay writes (one stream per topic,
 //! `<stream_prefix><topic>`) as a member of a consumer group.
 //!
+//! You write a [`Handler`] (a closure from [`Entry`] to a future of `Result`), build a
+//! [`Consumer`] from a [`ConsumerConfig`], and [`Consumer::run`] it. The handler's
+//! [`HandlerError`] says what becomes of a failed entry: retried later (what `?` on any error
+//! gives), dead-lettered now, or waited out as an outage without spending a delivery. Wrappers
+//! implement the same traits: [`Batches`] hands whole batches to a [`BatchHandler`], and
+//! `inbox::Inbox` (feature `inbox`, on by default) commits each effect with an inbox row in
+//! one Postgres transaction, so a redelivered event takes effect once.
+//!
 //! The map of the crate:
 //!
 //! | module | what it is for |
 //! |---|---|
-//! | [`entry`] | [`Entry`], one event parsed from a stream entry's fields; its JSON form |
-//! | [`config`] | [`ConsumerConfig`], every setting with its default, validated |
-//! | [`consumer`] | [`Consumer`]: the loop (own pending entries first, then new ones), lanes, acks, dead letters, claims |
-//! | `handling` | one batch: checks before a handler, per-entry lanes or whole batches, retry or dead stream |
-//! | [`lanes`] | splitting a batch by partition key: keys concurrently, one key in order |
-//! | [`redis_conn`] | [`RedisConn`]: one server or a Redis Cluster, TLS files applied |
-//! | [`retry`] | retry and outage delays with jitter; rate-limited error logs |
-//! | `inbox` (feature `inbox`, on by default) | exactly-once effects: the effect and the `outbox_inbox` row in one Postgres transaction |
-//! | `prepared` (feature `inbox`) | raw SQL a connection keeps prepared (the inbox's, yours, the relay's) |
+//! | `config` | [`ConsumerConfig`], every setting with its default, validated |
+//! | `handler` | [`Handler`], [`BatchHandler`], [`Batches`], [`HandlerError`] |
+//! | `consumer` | [`Consumer`]: the loop (own pending entries first, then new ones), acks, claims |
+//! | `handling` | one batch: checks before a handler, lanes or whole batches, retry or dead stream |
+//! | `lanes` | splitting a batch by partition key: keys concurrently, one key in order |
+//! | `stream` | every Redis command the consumer sends |
+//! | `inbox` (feature `inbox`) | exactly-once effects: the effect and the `outbox_inbox` row in one transaction |
+//!
+//! The entry format, key names and the Redis connection are `outbox-core`'s, shared with the
+//! relay.
 //!
 //! Delivery is at least once: an entry is acknowledged only after its handler returned `Ok`,
-//! so a crash in between redelivers it. Make effects idempotent, or use
-//! [`Consumer::run_inbox`] (feature `inbox`), which skips an event already applied.
+//! so a crash in between redelivers it. Make effects idempotent, or use the inbox.
 //!
 //! ```no_run
-//! use outbox_consumer::{Consumer, ConsumerConfig, Entry};
+//! use outbox_consumer::{Consumer, ConsumerConfig, Entry, HandlerError};
+//!
+//! #[derive(serde::Deserialize)]
+//! struct Order {
+//!     order_id: u64,
+//! }
 //!
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! let config = ConsumerConfig::new("redis://127.0.0.1:6379", "order.created", "billing")
@@ -30,8 +43,10 @@
 //! let stats = consumer
 //!     .run(
 //!         |entry: Entry| async move {
-//!             println!("{} {}", entry.id, entry.payload);
-//!             Ok::<(), std::io::Error>(())
+//!             // A payload that does not parse never will: dead-letter it at once.
+//!             let order: Order = entry.payload_as().map_err(HandlerError::dead_letter)?;
+//!             println!("{} order {}", entry.id, order.order_id);
+//!             Ok::<(), HandlerError>(())
 //!         },
 //!         std::future::pending::<()>(), // your shutdown signal
 //!     )
@@ -40,20 +55,16 @@
 //! # Ok(()) }
 //! ```
 
-pub mod config;
-pub mod consumer;
-pub mod entry;
+mod config;
+mod consumer;
+mod handler;
 mod handling;
 #[cfg(feature = "inbox")]
 pub mod inbox;
-pub mod lanes;
-#[cfg(feature = "inbox")]
-pub mod prepared;
-pub mod redis_conn;
-pub mod retry;
+mod lanes;
 mod stream;
 
 pub use config::{ConfigError, ConsumerConfig};
 pub use consumer::{Consumer, ConsumerError, RunStats};
-pub use entry::{Entry, EntryError};
-pub use redis_conn::{ConnectError, RedisConn};
+pub use handler::{BatchHandler, Batches, ErrorKind, Handler, HandlerError, Processing};
+pub use outbox_core::{ConnectError, Entry, EntryError};

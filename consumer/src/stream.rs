@@ -12,7 +12,8 @@ use redis::cluster_routing::Slot;
 use redis::{RedisResult, Value};
 
 use crate::config::ConsumerConfig;
-use crate::redis_conn::RedisConn;
+use outbox_core::entry::{field, value_text};
+use outbox_core::{groups, keys, RedisConn};
 
 /// One entry as Redis returned it: its stream's key, its id and its fields in order.
 #[derive(Debug, Clone, PartialEq)]
@@ -35,8 +36,8 @@ impl RawEntry {
     pub(crate) fn key_field(&self) -> Option<String> {
         self.fields
             .iter()
-            .find(|(k, _)| k == "key")
-            .and_then(|(_, v)| crate::entry::value_text(v))
+            .find(|(k, _)| k == field::KEY)
+            .and_then(|(_, v)| value_text(v))
     }
 }
 
@@ -64,24 +65,7 @@ pub(crate) fn by_stream<'a>(
 
 /// `XGROUP CREATE key group 0 MKSTREAM`; a group that exists already is left as it is.
 pub(crate) async fn ensure_group(conn: &mut RedisConn, key: &str, group: &str) -> RedisResult<()> {
-    let created: RedisResult<Value> = redis::cmd("XGROUP")
-        .arg("CREATE")
-        .arg(key)
-        .arg(group)
-        .arg("0")
-        .arg("MKSTREAM")
-        .query_async(conn)
-        .await;
-    match created {
-        Ok(_) => Ok(()),
-        Err(e) if e.code() == Some("BUSYGROUP") => Ok(()),
-        Err(e) => Err(e),
-    }
-}
-
-/// Whether the error says the group (or its stream) is gone, so it must be created again.
-pub(crate) fn is_nogroup(e: &redis::RedisError) -> bool {
-    e.code() == Some("NOGROUP")
+    groups::create(conn, key, group, "0").await.map(|_| ())
 }
 
 /// `XREADGROUP ... COUNT n BLOCK ms STREAMS key... > ...`: up to `count` entries of each
@@ -252,7 +236,7 @@ pub(crate) async fn dead_letter(
     error: &str,
     deliveries: u64,
 ) -> RedisResult<bool> {
-    let dead = dead_key(&raw.stream);
+    let dead = keys::dead_key_of(&raw.stream);
     let mut fields: Vec<(&str, Vec<u8>)> = raw
         .fields
         .iter()
@@ -298,12 +282,6 @@ pub(crate) async fn dead_letter(
         .query_async::<()>(conn)
         .await?;
     Ok(false)
-}
-
-/// The dead stream of a topic's stream: `<stream_prefix><topic>:dead`, as
-/// [`ConsumerConfig::dead_key`] names it.
-pub(crate) fn dead_key(stream: &str) -> String {
-    format!("{stream}:dead")
 }
 
 /// KEYS: stream, dead stream. ARGV: group, consumer, stream id, then the dead entry's fields.
@@ -368,7 +346,7 @@ pub(crate) async fn claim_abandoned(
         if let Value::Array(ids) = ids {
             claimed += ids.len();
         }
-        cursor = match crate::entry::value_text(&parts[0]) {
+        cursor = match value_text(&parts[0]) {
             Some(next) => next,
             None => break,
         };
@@ -400,7 +378,7 @@ pub(crate) fn parse_read_reply(reply: Value, keys: &[Arc<str>]) -> Vec<RawEntry>
     streams
         .into_iter()
         .flat_map(|(name, entries)| {
-            let name = crate::entry::value_text(&name).unwrap_or_default();
+            let name = value_text(&name).unwrap_or_default();
             let key = keys
                 .iter()
                 .find(|k| k.as_ref() == name)
@@ -427,19 +405,19 @@ pub(crate) fn parse_entries(stream: &Arc<str>, list: Value) -> Vec<RawEntry> {
                 return None;
             }
             let fields = pair.pop()?;
-            let stream_id = crate::entry::value_text(&pair[0])?;
+            let stream_id = value_text(&pair[0])?;
             let fields = match fields {
                 Value::Array(flat) => {
                     let mut out = Vec::with_capacity(flat.len() / 2);
                     let mut it = flat.into_iter();
                     while let (Some(k), Some(v)) = (it.next(), it.next()) {
-                        out.push((crate::entry::value_text(&k)?, v));
+                        out.push((value_text(&k)?, v));
                     }
                     out
                 }
                 Value::Map(pairs) => pairs
                     .into_iter()
-                    .filter_map(|(k, v)| Some((crate::entry::value_text(&k)?, v)))
+                    .filter_map(|(k, v)| Some((value_text(&k)?, v)))
                     .collect(),
                 _ => return None,
             };

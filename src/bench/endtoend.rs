@@ -15,8 +15,8 @@ use diesel::sql_types::{Array, BigInt, Timestamptz, Uuid as SqlUuid};
 use diesel_async::pooled_connection::AsyncDieselConnectionManager;
 use diesel_async::{AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
 use outbox_consumer::inbox;
-use outbox_consumer::prepared::prepared;
-use outbox_consumer::{Consumer, ConsumerConfig, Entry};
+use outbox_consumer::{Batches, Consumer, ConsumerConfig, Entry, HandlerError};
+use outbox_core::prepared::prepared;
 use tokio::sync::watch;
 
 use super::harness::{self, BenchEnv, Scratch, Shape, Usage, TOPICS};
@@ -125,21 +125,21 @@ async fn consume(
             let _ = stopped.wait_for(|stop| *stop).await;
         };
         let (pool, applied) = (pool.clone(), applied.clone());
-        consumer.run_batches(
-            move |entries: Vec<Entry>| {
+        consumer.run(
+            Batches(move |entries: Vec<Entry>| {
                 let (pool, applied) = (pool.clone(), applied.clone());
                 async move {
-                    let mut conn = pool.get().await.map_err(|e| e.to_string())?;
+                    let mut conn = pool.get().await.map_err(HandlerError::outage)?;
                     inbox::apply_batch_once(&mut conn, GROUP, &entries, &apply_effects)
                         .await
-                        .map_err(|e| e.to_string())?;
+                        .map_err(|e| HandlerError::retry(e.to_string()))?;
                     let now = Instant::now();
                     if let Ok(mut applied) = applied.lock() {
                         applied.extend(entries.iter().map(|e| (e.id, now)));
                     }
-                    Ok::<(), String>(())
+                    Ok::<(), HandlerError>(())
                 }
-            },
+            }),
             shutdown,
         )
     });

@@ -175,7 +175,7 @@ pub fn redis_link(env: &BenchEnv) -> anyhow::Result<RedisConn> {
         ca_file: env.redis_ca.clone(),
         ..Default::default()
     };
-    let tls = connect::RedisTls::load(&settings).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let tls = connect::tls_files(&settings).map_err(|e| anyhow::anyhow!("{e}"))?;
     Ok(connect::connect(&settings, tls.as_ref())?)
 }
 

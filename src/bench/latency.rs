@@ -14,7 +14,7 @@ use uuid::Uuid;
 
 use super::harness::{self, BenchEnv, RelayProcess, Scratch, TOPICS};
 use super::Figure;
-use crate::db::prepared::prepared;
+use outbox_core::prepared::prepared;
 
 /// Percentiles of one steady run.
 #[derive(Debug, Clone, Default)]

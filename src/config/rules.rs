@@ -86,7 +86,7 @@ const RULES: &[Rule] = &[
             "redis.client_key_file",
         ],
         check: |s| {
-            crate::publish::connect::RedisTls::load(&s.redis)
+            crate::publish::connect::tls_files(&s.redis)
                 .map(|_| ())
                 .map_err(|e| e.0)
         },

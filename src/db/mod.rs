@@ -11,7 +11,6 @@ pub mod migrate;
 pub mod outbox;
 pub mod pool;
 pub mod pooler;
-pub mod prepared;
 pub mod replicas;
 pub mod schema;
 pub mod tls;

@@ -12,8 +12,8 @@ use diesel::QueryableByName;
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use uuid::Uuid;
 
-use super::prepared::prepared;
 use super::DbError;
+use outbox_core::prepared::prepared;
 
 /// One locked row, as the publisher needs it.
 #[derive(Debug, Clone, QueryableByName)]

@@ -26,7 +26,7 @@ use rustls::{
 };
 use tokio_postgres::config::SslMode;
 
-use crate::pem::{certs_from, key_from, roots_from, TlsSettingError};
+use outbox_core::pem::{certs_from, key_from, roots_from, TlsSettingError};
 
 /// `sslmode`, as libpq spells it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

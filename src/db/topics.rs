@@ -12,8 +12,8 @@ use diesel::sql_types::{Array, BigInt, Bool, Nullable, Text};
 use diesel::QueryableByName;
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 
-use super::prepared::prepared;
 use super::{audit, DbError};
+use outbox_core::prepared::prepared;
 
 /// Advisory lock class of topic state ("outbox-t").
 const TOPIC_LOCK: i64 = 0x6f75_7462_6f78_2d74;

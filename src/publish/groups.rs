@@ -74,22 +74,16 @@ impl Publisher {
         let key = keys::stream_key(&self.config.stream_prefix, topic);
         let mut conn = self.conn.clone();
         for group in groups {
-            let mut cmd = redis::cmd("XGROUP");
-            cmd.arg("CREATE")
-                .arg(&key)
-                .arg(&group.name)
-                .arg(&group.start)
-                .arg("MKSTREAM");
-            let create = cmd.query_async::<()>(&mut conn);
+            let create = outbox_core::groups::create(&mut conn, &key, &group.name, &group.start);
             let created = match tokio::time::timeout(self.config.timeout, create).await {
                 Ok(result) => result,
                 Err(_) => return Err(PublishError::Outage("XGROUP CREATE timed out".into())),
             };
             match created {
-                Ok(()) => {
+                Ok(true) => {
                     tracing::info!(%topic, group = %group.name, start = %group.start, "consumer group created");
                 }
-                Err(e) if e.code() == Some("BUSYGROUP") => {}
+                Ok(false) => {}
                 Err(e) if classify_error(&e) == Verdict::EventFault => {
                     tracing::warn!(%topic, group = %group.name, "consumer group not created: {e}");
                 }

@@ -1,4 +1,4 @@
-//! Redis key names: the topic's stream and its dedup sets.
+//! Redis key names: the topic's stream (`outbox_core::keys`) and its dedup sets.
 //!
 //! Dedup memory is bounded by time buckets: ids written during bucket `b` (of length
 //! `dedup_window`) go into the set of bucket `b`, and each publish checks buckets `b - 1`,
@@ -14,10 +14,7 @@
 
 use std::time::Duration;
 
-/// `<prefix><topic>`, the contract's stream key.
-pub fn stream_key(prefix: &str, topic: &str) -> String {
-    format!("{prefix}{topic}")
-}
+pub use outbox_core::keys::stream_key;
 
 /// The `{...}` part that gives the dedup keys the stream's cluster slot.
 fn slot_tag(stream: &str) -> String {
@@ -89,14 +86,6 @@ pub fn sweep_every(window: Duration) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn stream_key_is_prefix_and_topic() {
-        assert_eq!(
-            stream_key("outbox:", "order.created"),
-            "outbox:order.created"
-        );
-    }
 
     #[test]
     fn dedup_keys_share_the_streams_slot() {

@@ -18,7 +18,8 @@ use std::collections::HashSet;
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use chrono::{DateTime, Datelike, SecondsFormat, Timelike, Utc};
+use chrono::{DateTime, Utc};
+use outbox_core::entry::{created_at_text, field};
 use redis::aio::ConnectionManager;
 use uuid::Uuid;
 
@@ -50,20 +51,16 @@ impl StreamEvent {
     /// holds the text: a batch's payloads are copied once, into the script call.
     pub fn fields(&self) -> Vec<(&'static str, Cow<'_, str>)> {
         let mut fields = Vec::with_capacity(6);
-        fields.push(("id", Cow::Owned(self.id.to_string())));
-        fields.push(("topic", Cow::Borrowed(self.topic.as_str())));
-        fields.push(("payload", Cow::Borrowed(self.payload.as_str())));
-        fields.push(("headers", Cow::Borrowed(self.headers.as_str())));
+        fields.push((field::ID, Cow::Owned(self.id.to_string())));
+        fields.push((field::TOPIC, Cow::Borrowed(self.topic.as_str())));
+        fields.push((field::PAYLOAD, Cow::Borrowed(self.payload.as_str())));
+        fields.push((field::HEADERS, Cow::Borrowed(self.headers.as_str())));
         fields.push((
-            "created_at",
-            Cow::Owned({
-                let mut text = String::with_capacity(27);
-                write_created_at(&mut text, &self.created_at);
-                text
-            }),
+            field::CREATED_AT,
+            Cow::Owned(created_at_text(&self.created_at)),
         ));
         if let Some(key) = &self.key {
-            fields.push(("key", Cow::Borrowed(key.as_str())));
+            fields.push((field::KEY, Cow::Borrowed(key.as_str())));
         }
         fields
     }
@@ -71,36 +68,12 @@ impl StreamEvent {
     /// Bytes of the entry's field names and values, without building them: a hyphenated
     /// uuid is 36 characters, a UTC timestamp with microseconds 27.
     pub fn entry_size(&self) -> usize {
-        let fixed = "id".len() + 36 + "topic".len() + "payload".len() + "headers".len();
-        let created = "created_at".len() + 27;
-        let key = self.key.as_ref().map_or(0, |k| "key".len() + k.len());
+        let fixed = field::ID.len() + 36 + field::TOPIC.len() + field::PAYLOAD.len();
+        let fixed = fixed + field::HEADERS.len();
+        let created = field::CREATED_AT.len() + 27;
+        let key = self.key.as_ref().map_or(0, |k| field::KEY.len() + k.len());
         fixed + self.topic.len() + self.payload.len() + self.headers.len() + created + key
     }
-}
-
-/// Appends `at` as the `created_at` field: RFC 3339, UTC, microseconds, `Z`. Written by hand
-/// because it runs once per event and chrono's formatter parses its pattern every time.
-pub fn write_created_at(out: &mut String, at: &DateTime<Utc>) {
-    if !(0..=9999).contains(&at.year()) {
-        out.push_str(&at.to_rfc3339_opts(SecondsFormat::Micros, true));
-        return;
-    }
-    // A leap second shows as nanosecond() >= 1e9; RFC 3339 writes it as second 60.
-    let (second, nanos) = match at.nanosecond() {
-        n if n >= 1_000_000_000 => (at.second() + 1, n - 1_000_000_000),
-        n => (at.second(), n),
-    };
-    let _ = write!(
-        out,
-        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}Z",
-        at.year(),
-        at.month(),
-        at.day(),
-        at.hour(),
-        at.minute(),
-        second,
-        nanos / 1000
-    );
 }
 
 #[cfg(test)]
@@ -120,21 +93,6 @@ mod entry_tests {
             };
             let built: usize = event.fields().iter().map(|(k, v)| k.len() + v.len()).sum();
             assert_eq!(event.entry_size(), built);
-        }
-    }
-
-    #[test]
-    fn created_at_is_written_as_chrono_writes_rfc3339_with_micros() {
-        for text in [
-            "2026-12-03T06:13:24.123456789Z",
-            "2026-01-01T00:00:00Z",
-            "0999-05-06T07:08:09.000001Z",
-            "9999-12-31T23:59:59.999999Z",
-        ] {
-            let at: DateTime<Utc> = text.parse().expect("timestamp");
-            let mut out = String::new();
-            write_created_at(&mut out, &at);
-            assert_eq!(out, at.to_rfc3339_opts(SecondsFormat::Micros, true));
         }
     }
 }
@@ -225,11 +183,9 @@ impl ScriptCall<'_> {
             .arg(self.sent.len())
             .arg(self.topic);
         let mut uuid = Uuid::encode_buffer();
-        let mut created = String::with_capacity(32);
         let mut label = String::with_capacity(8);
         for (event, chain) in self.sent {
-            created.clear();
-            write_created_at(&mut created, &event.created_at);
+            let created = created_at_text(&event.created_at);
             label.clear();
             let mark = if event.key.is_some() { 'k' } else { 'u' };
             let _ = write!(label, "{mark}{chain}");
@@ -269,7 +225,7 @@ impl Publisher {
 
     /// A lazy connection manager for `url` without TLS files (see [`connect::manager`]).
     pub fn connect(url: &str, timeout: Duration) -> Result<ConnectionManager, redis::RedisError> {
-        connect::manager(url, timeout, None)
+        connect::manager(url, timeout)
     }
 
     /// The settings in force.

@@ -12,16 +12,15 @@ use actix::{
     Actor, ActorContext, ActorFutureExt, AsyncContext, Context, Handler, Recipient, ResponseFuture,
     Supervised, WrapFuture,
 };
-use rand::Rng;
 use tokio::sync::oneshot;
 
-use super::backoff;
 use super::cycle::{run_once, CycleDeps, CycleError, CycleReport};
 use super::health::Health;
 use super::messages::{Drain, RetryDue, Wake};
 use super::quiet::{self, Quiet};
 use super::supervision::{catching, Panicked};
 use super::throughput::Throughput;
+use outbox_core::backoff;
 
 /// What the claimer is doing, as far as starting cycles goes.
 #[derive(Debug)]
@@ -223,7 +222,7 @@ impl Claimer {
                 crate::telemetry::cycle_failed(&error, self.outage_streak);
                 if matches!(self.mode, Mode::Running { .. }) {
                     self.mode = Mode::BackingOff;
-                    let pause = backoff::outage_pause(self.outage_streak, rand::rng().random());
+                    let pause = backoff::outage_pause(self.outage_streak, backoff::unit());
                     ctx.run_later(pause, |act, ctx| {
                         if matches!(act.mode, Mode::BackingOff) {
                             act.mode = Mode::Running { again: false };

@@ -19,15 +19,14 @@ use actix::{
     Actor, ActorContext, ActorFutureExt, Addr, AsyncContext, Context, Handler, ResponseActFuture,
     Supervised, Supervisor, WrapFuture,
 };
-use rand::Rng;
 use uuid::Uuid;
 
-use super::backoff;
 use super::messages::{Publish, TopicOutage};
 use super::supervision::{catching, Panicked};
 use crate::config::GroupSpec;
 use crate::db::{pooler, topics, Pool};
 use crate::publish::{keys, Outcome, PublishError, Publisher};
+use outbox_core::backoff;
 
 /// Publishes one topic.
 pub struct Dispatcher {
@@ -77,7 +76,7 @@ impl Dispatcher {
             }
             Err(error) => {
                 let streak = self.down.as_ref().map_or(0, |d| d.streak).saturating_add(1);
-                let retry_in = backoff::outage_pause(streak, rand::rng().random());
+                let retry_in = backoff::outage_pause(streak, backoff::unit());
                 crate::telemetry::topic_outage(&self.topic, &error, streak, retry_in);
                 // On one server every topic shares the outage, and the claim loop's own
                 // backoff paces the retries; on a cluster only this topic's master is away.
@@ -270,7 +269,7 @@ impl Dispatchers {
             Ok(result) => result,
             Err(e) => Err(TopicOutage {
                 error: PublishError::Outage(format!("dispatcher of {topic} is gone: {e}")),
-                retry_in: backoff::outage_pause(1, rand::rng().random()),
+                retry_in: backoff::outage_pause(1, backoff::unit()),
             }),
         }
     }

@@ -74,7 +74,7 @@ impl Actor for Listener {
                 DbError::Connect(_) => crate::telemetry::job_failed_quietly("listener", &error),
                 _ => crate::telemetry::job_failed("listener", &error),
             }
-            let pause = super::backoff::outage_pause(act.failures, 0.5);
+            let pause = outbox_core::backoff::outage_pause(act.failures, 0.5);
             // Stopping hands us to the supervisor, which restarts us after the pause.
             ctx.run_later(pause, |_, ctx| ctx.stop());
         }));

@@ -11,7 +11,6 @@
 //! A cycle is `cycle::run_once`: claim (`claim`), group and settle (`settle`, pure), publish
 //! (the dispatchers), apply the retry policy (`retry`), commit.
 
-pub mod backoff;
 pub mod claim;
 pub mod claimer;
 pub mod cleaner;

@@ -9,10 +9,10 @@ use std::time::{Duration, Instant};
 
 use actix::{Actor, AsyncContext, Context, Handler, Recipient, SpawnHandle, Supervised};
 
-use super::backoff;
 use super::messages::{Fault, RetryDue, Wake};
 use crate::config::RetrySettings;
 use crate::db::outbox::Failure;
+use outbox_core::backoff;
 
 /// The decision for one failure, given the random draw in `[0, 1)`: dead, or the delay.
 pub fn plan(settings: &RetrySettings, attempts_before: i32, unit: f64) -> (bool, Duration) {

@@ -7,7 +7,6 @@
 //!   the replica. Every guarantee rests on Postgres transactions, so an abrupt exit loses
 //!   nothing: what the replica held is rolled back and claimed again.
 
-use std::any::Any;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::time::Duration;
@@ -25,19 +24,9 @@ pub async fn catching<F: Future>(actor: &'static str, work: F) -> Result<F::Outp
         .catch_unwind()
         .await
         .map_err(|payload| {
-            crate::telemetry::actor_panicked(actor, &panic_message(payload.as_ref()));
+            crate::telemetry::actor_panicked(actor, &outbox_core::panic::message(payload.as_ref()));
             Panicked
         })
-}
-
-fn panic_message(payload: &(dyn Any + Send)) -> String {
-    if let Some(s) = payload.downcast_ref::<&str>() {
-        (*s).to_string()
-    } else if let Some(s) = payload.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "(no message)".into()
-    }
 }
 
 /// Whether an actor's mailbox is still open.

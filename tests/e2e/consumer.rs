@@ -7,7 +7,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use outbox_consumer::{Consumer, ConsumerConfig, Entry};
+use outbox_consumer::{Batches, Consumer, ConsumerConfig, Entry, HandlerError};
 
 use crate::support::*;
 
@@ -170,9 +170,11 @@ async fn one_consumer_keeps_each_keys_order_through_failures_and_a_restart() {
             let applied = applied.clone();
             let stop = stop.clone();
             async move {
-                let n = entry.payload["n"].as_i64().ok_or("payload.n")?;
+                let n = entry.payload["n"]
+                    .as_i64()
+                    .ok_or_else(|| HandlerError::dead_letter("payload.n"))?;
                 if fails(n, entry.deliveries) {
-                    return Err("every 7th entry fails");
+                    return Err(HandlerError::retry("every 7th entry fails"));
                 }
                 // Handlers of different keys overlap: yield so they interleave.
                 tokio::task::yield_now().await;
@@ -270,17 +272,19 @@ async fn one_consumer_reads_several_topics_each_keys_order_and_dead_stream_its_o
         |entry: Entry| {
             let (applied, stop) = (applied.clone(), stop.clone());
             async move {
-                let n = entry.payload["n"].as_i64().ok_or("payload.n")?;
+                let n = entry.payload["n"]
+                    .as_i64()
+                    .ok_or_else(|| HandlerError::dead_letter("payload.n"))?;
                 if entry.payload["poison"] == serde_json::json!(true) {
-                    return Err("poison");
+                    return Err(HandlerError::retry("poison"));
                 }
                 // In topic b only, every 10th entry fails its first delivery: its namesakes
                 // in a and c (same stream id) must not be held back or retried with it.
                 if entry.topic == "multi.b" && n % 10 == 3 && entry.deliveries == 1 {
-                    return Err("first delivery fails");
+                    return Err(HandlerError::retry("first delivery fails"));
                 }
                 tokio::task::yield_now().await;
-                let mut applied = applied.lock().map_err(|_| "lock")?;
+                let mut applied = applied.lock().map_err(|_| HandlerError::retry("lock"))?;
                 applied.push((
                     entry.topic.clone(),
                     entry.key.clone().unwrap_or_default(),
@@ -352,11 +356,11 @@ async fn a_batch_over_several_topics_holds_entries_of_each() {
     let stop = Arc::new(tokio::sync::Notify::new());
     let config = library_config(&redis, "both.x", "batches").topics(["both.x", "both.y"]);
     let consumer = Consumer::new(config).expect("config");
-    let run = consumer.run_batches(
-        |entries: Vec<Entry>| {
+    let run = consumer.run(
+        Batches(|entries: Vec<Entry>| {
             let (batches, stop) = (batches.clone(), stop.clone());
             async move {
-                let mut batches = batches.lock().map_err(|_| "lock")?;
+                let mut batches = batches.lock().map_err(|_| HandlerError::retry("lock"))?;
                 batches.push(
                     entries
                         .into_iter()
@@ -366,9 +370,9 @@ async fn a_batch_over_several_topics_holds_entries_of_each() {
                 if batches.iter().map(Vec::len).sum::<usize>() == 20 {
                     stop.notify_one();
                 }
-                Ok::<(), &str>(())
+                Ok::<(), HandlerError>(())
             }
-        },
+        }),
         {
             let stop = stop.clone();
             async move { stop.notified().await }
@@ -423,7 +427,7 @@ async fn a_malformed_entry_is_dead_lettered_and_its_key_flows_on() {
                 if seen.len() == 2 {
                     stop.notify_one();
                 }
-                Ok::<(), String>(())
+                Ok::<(), HandlerError>(())
             }
         },
         {
@@ -464,7 +468,7 @@ async fn a_panicking_handler_fails_its_entry_and_the_consumer_goes_on() {
                 assert!(entry.deliveries > 1, "first delivery panics (on purpose)");
                 assert_eq!(entry.id, id);
                 stop.notify_one();
-                Ok::<(), String>(())
+                Ok::<(), HandlerError>(())
             }
         },
         {
@@ -499,7 +503,7 @@ async fn a_consumer_outlives_a_redis_restart_that_lost_its_group() {
                         async move {
                             seen.lock().expect("lock").push(entry.id);
                             seen_changed.notify_one();
-                            Ok::<(), String>(())
+                            Ok::<(), HandlerError>(())
                         }
                     },
                     async move { stop.notified().await },
@@ -544,19 +548,19 @@ async fn a_batch_handler_gets_whole_batches_and_a_failed_batch_again() {
     let calls: Arc<Mutex<Calls>> = Arc::default();
     let stop = Arc::new(tokio::sync::Notify::new());
     let consumer = Consumer::new(library_config(&redis, "batches", "solo")).expect("config");
-    let run = consumer.run_batches(
-        |entries: Vec<Entry>| {
+    let run = consumer.run(
+        Batches(|entries: Vec<Entry>| {
             let (calls, stop) = (calls.clone(), stop.clone());
             async move {
                 let mut calls = calls.lock().expect("lock");
                 calls.push(entries.iter().map(|e| (e.id, e.deliveries)).collect());
                 if calls.len() == 1 {
-                    return Err("the first batch fails");
+                    return Err(HandlerError::retry("the first batch fails"));
                 }
                 stop.notify_one();
                 Ok(())
             }
-        },
+        }),
         {
             let stop = stop.clone();
             async move { stop.notified().await }
@@ -656,7 +660,7 @@ async fn a_handler_slower_than_claim_idle_keeps_its_entries() {
                             if handled.len() >= 6 {
                                 all_done.notify_one();
                             }
-                            Ok::<(), String>(())
+                            Ok::<(), HandlerError>(())
                         }
                     },
                     async move { stop.notified().await },
@@ -802,7 +806,7 @@ async fn a_consumer_reads_over_mutual_tls_with_its_ca_and_client_certificate() {
             async move {
                 *seen.lock().expect("lock") = Some(entry.id);
                 stop.notify_one();
-                Ok::<(), String>(())
+                Ok::<(), HandlerError>(())
             }
         },
         {
@@ -815,4 +819,134 @@ async fn a_consumer_reads_over_mutual_tls_with_its_ca_and_client_certificate() {
         .expect("the entry read over TLS");
     assert_eq!(*seen.lock().expect("lock"), Some(id));
     assert_eq!(stats.handled, 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_handler_error_says_retry_dead_letter_now_or_outage() {
+    let redis = TestRedis::shared();
+    for kind in ["retry", "dead", "outage"] {
+        xadd_event(
+            &redis,
+            "kinds",
+            Some(kind),
+            &serde_json::json!({ "kind": kind }),
+        )
+        .await;
+    }
+    // Each call as (kind, delivery number the entry carried).
+    let calls: Arc<Mutex<Vec<(String, u64)>>> = Arc::default();
+    let stop = Arc::new(tokio::sync::Notify::new());
+    let config = library_config(&redis, "kinds", "solo").max_deliveries(3);
+    let consumer = Consumer::new(config).expect("config");
+    let run = consumer.run(
+        |entry: Entry| {
+            let (calls, stop) = (calls.clone(), stop.clone());
+            async move {
+                let kind = entry.payload["kind"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string();
+                let mut calls = calls.lock().map_err(|_| HandlerError::retry("lock"))?;
+                calls.push((kind.clone(), entry.deliveries));
+                let tries = calls.iter().filter(|(k, _)| *k == kind).count();
+                let done = |calls: &[(String, u64)]| {
+                    ["retry", "outage"].iter().all(|k| {
+                        calls.iter().filter(|(c, _)| c == k).count()
+                            == if *k == "retry" { 3 } else { 5 }
+                    })
+                };
+                let result = match (kind.as_str(), tries) {
+                    ("retry", 1..=2) => Err(HandlerError::retry("try again")),
+                    ("dead", _) => Err(HandlerError::dead_letter("never valid")),
+                    // More outages than max_deliveries: none of them may count.
+                    ("outage", 1..=4) => Err(HandlerError::outage("database away")),
+                    _ => Ok(()),
+                };
+                if done(&calls) {
+                    stop.notify_one();
+                }
+                result
+            }
+        },
+        {
+            let stop = stop.clone();
+            async move { stop.notified().await }
+        },
+    );
+    let stats = tokio::time::timeout(Duration::from_secs(60), run)
+        .await
+        .expect("all three settled");
+    let calls = calls.lock().expect("lock").clone();
+    let of = |kind: &str| -> Vec<u64> {
+        calls
+            .iter()
+            .filter(|(k, _)| k == kind)
+            .map(|(_, d)| *d)
+            .collect()
+    };
+    assert_eq!(of("retry"), vec![1, 2, 3], "retries count deliveries");
+    assert_eq!(of("dead"), vec![1], "dead-lettered at the first failure");
+    assert_eq!(
+        of("outage"),
+        vec![1, 1, 1, 1, 1],
+        "outages spend no delivery"
+    );
+    assert_eq!(redis.xlen("kinds:dead").await, 1);
+    let dead = redis.entries("kinds:dead").await;
+    assert_eq!(
+        dead[0].get("error").map(String::as_str),
+        Some("never valid")
+    );
+    assert_eq!(dead[0].get("deliveries").map(String::as_str), Some("1"));
+    assert_eq!(
+        (stats.handled, stats.dead_lettered, stats.failed),
+        (2, 1, 2)
+    );
+    assert_eq!(group_pending(&redis, "kinds", GROUP).await.0, 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_typed_payload_that_does_not_parse_is_dead_lettered_at_once() {
+    #[derive(serde::Deserialize)]
+    struct Order {
+        order_id: u64,
+    }
+    let redis = TestRedis::shared();
+    xadd_event(&redis, "typed", None, &serde_json::json!({ "order_id": 7 })).await;
+    xadd_event(
+        &redis,
+        "typed",
+        None,
+        &serde_json::json!({ "order_id": "x" }),
+    )
+    .await;
+    let orders: Arc<Mutex<Vec<u64>>> = Arc::default();
+    let stop = Arc::new(tokio::sync::Notify::new());
+    let consumer = Consumer::new(library_config(&redis, "typed", "solo")).expect("config");
+    let run = consumer.run(
+        |entry: Entry| {
+            let (orders, stop) = (orders.clone(), stop.clone());
+            async move {
+                let order: Order = entry.payload_as().map_err(HandlerError::dead_letter)?;
+                orders.lock().expect("lock").push(order.order_id);
+                stop.notify_one();
+                Ok::<(), HandlerError>(())
+            }
+        },
+        {
+            let stop = stop.clone();
+            async move { stop.notified().await }
+        },
+    );
+    tokio::time::timeout(Duration::from_secs(30), run)
+        .await
+        .expect("handled");
+    wait_until(Duration::from_secs(10), || async {
+        match redis.xlen("typed:dead").await {
+            1 => Ok(()),
+            n => Err(format!("{n} dead letters")),
+        }
+    })
+    .await;
+    assert_eq!(*orders.lock().expect("lock"), vec![7]);
 }

@@ -1,4 +1,4 @@
-//! The library's batch inbox (`Consumer::run_inbox_batches`): one transaction per batch, and
+//! The library's batch inbox (`Batches(Inbox::new(..))`): one transaction per batch, and
 //! still every effect once: an event recorded in the inbox before is skipped, an event id
 //! that appears twice in the stream is applied once, and a batch whose effect fails is
 //! retried whole, then dead-lettered.
@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 use diesel::sql_types::{Array, Integer, Uuid as SqlUuid};
 use diesel_async::pooled_connection::AsyncDieselConnectionManager;
 use diesel_async::{AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
-use outbox_consumer::{Consumer, ConsumerConfig, Entry};
+use outbox_consumer::inbox::Inbox;
+use outbox_consumer::{Batches, Consumer, ConsumerConfig, Entry, HandlerError};
 use redis::AsyncCommands;
 use uuid::Uuid;
 
@@ -52,9 +53,8 @@ async fn consume(db: &TestDb, redis: &TestRedis) {
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let run = tokio::spawn(async move {
         consumer
-            .run_inbox_batches(
-                pool,
-                |conn, entries: &[Entry]| {
+            .run(
+                Batches(Inbox::for_batches(pool, |conn, entries: &[Entry]| {
                     let ids: Vec<Uuid> = entries.iter().map(|e| e.id).collect();
                     let ns: Vec<i32> = entries
                         .iter()
@@ -62,7 +62,7 @@ async fn consume(db: &TestDb, redis: &TestRedis) {
                         .collect();
                     Box::pin(async move {
                         if ns.contains(&13) {
-                            return Err("thirteen".to_string());
+                            return Err(HandlerError::retry("thirteen"));
                         }
                         diesel::sql_query(
                             "INSERT INTO batch_effects SELECT * FROM unnest($1::uuid[], $2::int[])",
@@ -72,9 +72,9 @@ async fn consume(db: &TestDb, redis: &TestRedis) {
                         .execute(conn)
                         .await
                         .map(|_| ())
-                        .map_err(|e| e.to_string())
+                        .map_err(HandlerError::from)
                     })
-                },
+                })),
                 async {
                     let _ = stopped.await;
                 },

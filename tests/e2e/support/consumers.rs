@@ -192,8 +192,10 @@ pub fn example_bin() -> PathBuf {
         root.join("examples/inbox_consumer.rs"),
         root.join("consumer/Cargo.toml"),
     ];
-    if let Ok(dir) = std::fs::read_dir(root.join("consumer/src")) {
-        sources.extend(dir.filter_map(|e| e.ok()).map(|e| e.path()));
+    for crate_src in ["consumer/src", "core/src"] {
+        if let Ok(dir) = std::fs::read_dir(root.join(crate_src)) {
+            sources.extend(dir.filter_map(|e| e.ok()).map(|e| e.path()));
+        }
     }
     for source in sources {
         let changed = std::fs::metadata(&source).and_then(|m| m.modified());

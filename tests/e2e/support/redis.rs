@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use outbox_relay::publish::connect::{self, RedisConn};
+use outbox_core::redis_conn::{self, RedisConn};
 use redis::AsyncCommands;
 use uuid::Uuid;
 
@@ -47,11 +47,11 @@ impl TestRedis {
     pub async fn reader(&self) -> RedisConn {
         // Big XRANGE replies take longer than the clients' default response timeouts.
         let timeout = Duration::from_secs(60);
-        if self.cluster {
-            let seeds = connect::seeds(&self.url);
-            return RedisConn::Cluster(connect::cluster(&seeds, timeout, None).expect("seeds"));
-        }
-        RedisConn::Single(connect::manager(&self.url, timeout, None).expect("redis url"))
+        let timeouts = redis_conn::Timeouts {
+            connect: Duration::from_secs(1),
+            response: timeout,
+        };
+        redis_conn::connect(&self.url, self.cluster, timeouts, None).expect("redis url")
     }
 
     pub async fn conn(&self) -> redis::aio::MultiplexedConnection {

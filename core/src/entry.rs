@@ -1,15 +1,40 @@
-//! One stream entry as the relay writes it (CONTRACT section 4), parsed from the raw fields of
-//! an XREAD / XREADGROUP / XRANGE reply, and its JSON form for `outbox-relay tail`.
+//! The stream entry's format (docs/consumers.md, "The stream entry"): the field names the relay
+//! writes, the text of `created_at`, and [`Entry`], one event parsed from the raw fields of an
+//! XREAD / XREADGROUP / XRANGE reply, with its JSON form for `outbox-relay tail`.
 //!
 //! Parsing never panics: a malformed entry is an [`EntryError`] naming the field, so the
 //! consumer can move it to the dead stream instead of stopping on it.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use redis::Value;
 use serde::{Serialize, Serializer};
 use uuid::Uuid;
+
+/// The names of an entry's fields, in the order the relay writes them (`key` only when the
+/// event has a partition key).
+pub mod field {
+    /// The event's uuid.
+    pub const ID: &str = "id";
+    /// The topic.
+    pub const TOPIC: &str = "topic";
+    /// The payload, JSON text.
+    pub const PAYLOAD: &str = "payload";
+    /// The headers, JSON text (an object).
+    pub const HEADERS: &str = "headers";
+    /// When the producer wrote the event: see [`created_at_text`](super::created_at_text).
+    pub const CREATED_AT: &str = "created_at";
+    /// The partition key; absent when the event has none.
+    pub const KEY: &str = "key";
+}
+
+/// The `created_at` field's text: RFC 3339 in UTC with microseconds and `Z`
+/// (`2026-12-02T13:57:01.123456Z`), the precision of Postgres' timestamptz.
+pub fn created_at_text(at: &DateTime<Utc>) -> String {
+    at.to_rfc3339_opts(SecondsFormat::Micros, true)
+}
 
 /// An event read from its topic's stream.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -33,6 +58,10 @@ pub struct Entry {
     /// time). Not part of the JSON form: it is the group's, not the event's.
     #[serde(skip)]
     pub deliveries: u64,
+    /// The consumer group it was delivered to; empty when read outside a group (`tail`
+    /// without `--group`). Not part of the JSON form either.
+    #[serde(skip)]
+    pub group: Arc<str>,
 }
 
 /// Why a stream entry is not a well-formed outbox event.
@@ -75,26 +104,32 @@ impl Entry {
         let mut text: HashMap<String, String> = HashMap::new();
         for (name, value) in fields {
             let name = name.as_ref();
-            if !matches!(
-                name,
-                "id" | "topic" | "key" | "payload" | "headers" | "created_at"
-            ) {
+            if ![
+                field::ID,
+                field::TOPIC,
+                field::KEY,
+                field::PAYLOAD,
+                field::HEADERS,
+                field::CREATED_AT,
+            ]
+            .contains(&name)
+            {
                 continue;
             }
             let value = value_text(value).ok_or_else(|| EntryError::NotText(name.to_string()))?;
             text.insert(name.to_string(), value);
         }
         let mut take = |name: &'static str| text.remove(name).ok_or(EntryError::Missing(name));
-        let id = take("id")?;
+        let id = take(field::ID)?;
         let id = Uuid::parse_str(&id).map_err(|_| EntryError::Id(id))?;
-        let topic = take("topic")?;
-        let payload = json(&take("payload")?, "payload")?;
-        let headers = json(&take("headers")?, "headers")?;
-        let created_at = take("created_at")?;
+        let topic = take(field::TOPIC)?;
+        let payload = json(&take(field::PAYLOAD)?, field::PAYLOAD)?;
+        let headers = json(&take(field::HEADERS)?, field::HEADERS)?;
+        let created_at = take(field::CREATED_AT)?;
         let created_at = DateTime::parse_from_rfc3339(&created_at)
             .map_err(|_| EntryError::CreatedAt(created_at))?
             .with_timezone(&Utc);
-        let key = text.remove("key");
+        let key = text.remove(field::KEY);
         Ok(Entry {
             stream_id: stream_id.into(),
             id,
@@ -104,6 +139,7 @@ impl Entry {
             headers,
             created_at,
             deliveries: 1,
+            group: Arc::from(""),
         })
     }
 
@@ -136,6 +172,13 @@ impl Entry {
             .collect())
     }
 
+    /// The payload as a `T`: `let order: Order = entry.payload_as()?;`. A payload that does not
+    /// fit will not fit on the next delivery either: a consumer's handler usually dead-letters
+    /// such an entry.
+    pub fn payload_as<T: serde::de::DeserializeOwned>(&self) -> Result<T, serde_json::Error> {
+        T::deserialize(&self.payload)
+    }
+
     /// The JSON object `tail` prints: `{"stream_id","id","topic","key","payload","headers",
     /// "created_at"}`, payload and headers as JSON values.
     pub fn to_json(&self) -> serde_json::Value {
@@ -146,13 +189,13 @@ impl Entry {
             "key": self.key,
             "payload": self.payload,
             "headers": self.headers,
-            "created_at": self.created_at.to_rfc3339_opts(SecondsFormat::Micros, true),
+            "created_at": created_at_text(&self.created_at),
         })
     }
 }
 
 /// A field value as text, if Redis sent text.
-pub(crate) fn value_text(value: &Value) -> Option<String> {
+pub fn value_text(value: &Value) -> Option<String> {
     match value {
         Value::BulkString(bytes) => String::from_utf8(bytes.clone()).ok(),
         Value::SimpleString(s) => Some(s.clone()),
@@ -169,7 +212,7 @@ fn json(text: &str, field: &'static str) -> Result<serde_json::Value, EntryError
 }
 
 fn rfc3339_micros<S: Serializer>(t: &DateTime<Utc>, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(&t.to_rfc3339_opts(SecondsFormat::Micros, true))
+    s.serialize_str(&created_at_text(t))
 }
 
 #[cfg(test)]
@@ -208,6 +251,17 @@ mod tests {
             e.to_json()["created_at"],
             serde_json::json!("2026-12-02T13:57:01.123456Z")
         );
+    }
+
+    #[test]
+    fn the_payload_reads_as_a_type() {
+        #[derive(serde::Deserialize, Debug, PartialEq)]
+        struct Order {
+            order_id: u32,
+        }
+        let e = parse(&good()).expect("well-formed");
+        assert_eq!(e.payload_as::<Order>().ok(), Some(Order { order_id: 42 }));
+        assert!(e.payload_as::<Vec<u8>>().is_err());
     }
 
     #[test]

@@ -1,5 +1,5 @@
-//! Raw SQL that a connection keeps prepared: the inbox's statements here, and the relay's
-//! hot-path statements (`outbox-relay` uses this module as its `db::prepared`).
+//! Raw SQL that a connection keeps prepared: the relay's hot-path statements and the consumer
+//! library's inbox statements.
 //!
 //! diesel's `sql_query` declares itself unsafe to cache (its text might be built from input,
 //! and a cache keyed by text would then grow without bound). diesel-async honours that by
@@ -9,26 +9,17 @@
 //!
 //! [`prepared`] wraps a `sql_query` whose text is a constant (or built only from constants)
 //! and lets diesel-async cache it per connection, keyed by its text and bind types: later
-//! runs send only Bind/Execute. Behind a pooler in transaction mode (PgBouncer) a statement
-//! prepared on one server connection is missing on the next: turn the caching off there with
-//! [`enable`]`(false)` (the relay does for `database.prepared_statements = false`).
-//! Never wrap a statement whose text carries input: every distinct text is a cache entry.
-
-use std::sync::atomic::{AtomicBool, Ordering};
+//! runs send only Bind/Execute. Whether a connection caches at all is the connection's own
+//! setting: behind a pooler in transaction mode (PgBouncer) a statement prepared on one server
+//! connection is missing on the next, so such a connection has its cache turned off
+//! (`set_prepared_statement_cache_size(CacheSize::Disabled)`, which the relay does for
+//! `database.prepared_statements = false`), and then these statements are parsed on every run
+//! like any `sql_query`. Never wrap a statement whose text carries input: every distinct text is
+//! a cache entry.
 
 use diesel::pg::Pg;
 use diesel::query_builder::{AstPass, Query, QueryFragment, QueryId};
 use diesel::QueryResult;
-
-/// Whether [`prepared`] statements are cached. Process-wide because it describes the
-/// database path (a pooler in transaction mode or not), the same for every connection.
-static ENABLED: AtomicBool = AtomicBool::new(true);
-
-/// Turns caching on or off; when off, [`prepared`] statements are parsed on every run like
-/// any `sql_query`.
-pub fn enable(on: bool) {
-    ENABLED.store(on, Ordering::Relaxed);
-}
 
 /// A statement diesel-async may keep prepared on its connection; see the module docs.
 #[derive(Debug, Clone)]
@@ -47,7 +38,7 @@ impl<Q: QueryFragment<Pg>> QueryFragment<Pg> for Prepared<Q> {
     // The one thing this wrapper changes: the inner query's walk says "unsafe", because
     // `sql_query` cannot know its text is constant. Callers promise that it is.
     fn is_safe_to_cache_prepared(&self, _backend: &Pg) -> QueryResult<bool> {
-        Ok(ENABLED.load(Ordering::Relaxed))
+        Ok(true)
     }
 }
 
@@ -66,18 +57,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_switch_decides_whether_a_statement_is_cached() {
+    fn a_wrapped_statement_may_be_cached() {
+        let raw = diesel::sql_query("SELECT 1");
+        assert_eq!(raw.is_safe_to_cache_prepared(&Pg).ok(), Some(false));
         let query = prepared(diesel::sql_query("SELECT 1"));
-        assert_eq!(
-            diesel::sql_query("SELECT 1")
-                .is_safe_to_cache_prepared(&Pg)
-                .ok(),
-            Some(false)
-        );
         assert_eq!(query.is_safe_to_cache_prepared(&Pg).ok(), Some(true));
-        enable(false);
-        let off = query.is_safe_to_cache_prepared(&Pg).ok();
-        enable(true);
-        assert_eq!(off, Some(false));
     }
 }

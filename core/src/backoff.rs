@@ -1,7 +1,9 @@
-//! Backoff policy as pure functions: the retry delay of a failed event, and the pause of the
-//! claim loop during an outage. The random draw is a parameter, so tests pin it.
+//! Backoff policy as pure functions, one for the relay and the consumers: the delay before a
+//! failed event (or entry) is tried again, and the pause after an outage. The random draw is a
+//! parameter ([`unit`] draws one), so tests pin it. [`ErrorLog`] keeps an outage from writing
+//! one log line per loop iteration.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// `base * 2^(attempts-1)`, capped at `max`. `attempts` counts failures so far (>= 1).
 pub fn nominal_delay(attempts: u32, base: Duration, max: Duration) -> Duration {
@@ -25,7 +27,8 @@ pub fn retry_delay(attempts: u32, base: Duration, max: Duration, unit: f64) -> D
     jittered(nominal_delay(attempts, base, max), unit)
 }
 
-/// The claim loop's pause after `streak` consecutive outage cycles: 100 ms doubling to 5 s.
+/// The pause after `streak` consecutive failed round trips to Redis or Postgres: 100 ms
+/// doubling to 5 s, with jitter.
 pub fn outage_pause(streak: u32, unit: f64) -> Duration {
     retry_delay(
         streak.max(1),
@@ -33,6 +36,51 @@ pub fn outage_pause(streak: u32, unit: f64) -> Duration {
         Duration::from_secs(5),
         unit,
     )
+}
+
+/// A random draw in `[0, 1)` for [`jittered`], [`retry_delay`] and [`outage_pause`].
+pub fn unit() -> f64 {
+    rand::random::<f64>()
+}
+
+/// Logs an outage's errors at most once per `every`, with how many were not logged between.
+#[derive(Debug)]
+pub struct ErrorLog {
+    every: Duration,
+    last: Option<Instant>,
+    suppressed: u64,
+}
+
+impl ErrorLog {
+    /// One line per `every` at most.
+    pub fn new(every: Duration) -> ErrorLog {
+        ErrorLog {
+            every,
+            last: None,
+            suppressed: 0,
+        }
+    }
+
+    /// Whether this error (seen at `now`) should be logged; if so, also how many were
+    /// suppressed since the last line.
+    pub fn admit(&mut self, now: Instant) -> Option<u64> {
+        match self.last {
+            Some(last) if now.duration_since(last) < self.every => {
+                self.suppressed += 1;
+                None
+            }
+            _ => {
+                self.last = Some(now);
+                Some(std::mem::take(&mut self.suppressed))
+            }
+        }
+    }
+
+    /// The outage is over: the next error is logged at once.
+    pub fn reset(&mut self) {
+        self.last = None;
+        self.suppressed = 0;
+    }
 }
 
 #[cfg(test)]
@@ -49,6 +97,26 @@ mod tests {
         assert_eq!(nominal_delay(4, base, max), Duration::from_secs(8));
         assert_eq!(nominal_delay(20, base, max), max);
         assert_eq!(nominal_delay(u32::MAX, base, max), max);
+    }
+
+    #[test]
+    fn error_log_admits_one_per_period_and_counts_the_rest() {
+        let mut log = ErrorLog::new(Duration::from_secs(10));
+        let t0 = Instant::now();
+        assert_eq!(log.admit(t0), Some(0));
+        assert_eq!(log.admit(t0 + Duration::from_secs(1)), None);
+        assert_eq!(log.admit(t0 + Duration::from_secs(2)), None);
+        assert_eq!(log.admit(t0 + Duration::from_secs(11)), Some(2));
+        log.reset();
+        assert_eq!(log.admit(t0 + Duration::from_secs(12)), Some(0));
+    }
+
+    #[test]
+    fn outages_pause_from_100ms_to_5s() {
+        assert_eq!(outage_pause(0, 0.0), Duration::from_millis(100));
+        assert_eq!(outage_pause(2, 0.0), Duration::from_millis(200));
+        assert_eq!(outage_pause(99, 0.0), Duration::from_secs(5));
+        assert!((0.0..1.0).contains(&unit()));
     }
 
     proptest! {

@@ -1,0 +1,34 @@
+//! outbox-core: what the relay (`outbox-relay`) and the consumer library (`outbox-consumer`)
+//! share, written once so that the two sides cannot disagree: the stream entry's format, the
+//! Redis key names, the topic rule, how Redis is reached (one server or a cluster, TLS files
+//! checked), backoff, and raw SQL that a connection keeps prepared.
+//!
+//! The map of the crate:
+//!
+//! | module | what it is for |
+//! |---|---|
+//! | [`entry`] | the stream entry's fields: [`Entry`] parsed from them, `created_at`'s text |
+//! | [`keys`] | `<prefix><topic>` and `<prefix><topic>:dead` |
+//! | [`topic`] | the topic rule of the `outbox` table's CHECK constraint |
+//! | [`redis_conn`] | [`RedisConn`]: one server or a Redis Cluster, lazy, TLS files applied |
+//! | [`groups`] | creating a consumer group that may already exist |
+//! | [`pem`] | PEM files named by TLS settings, read and checked once |
+//! | [`backoff`] | retry and outage delays with jitter; rate-limited error logs |
+//! | [`panic`] | a caught panic's message |
+//! | [`host`] | this host's name |
+//! | `prepared` (feature `postgres`) | raw SQL a connection keeps prepared |
+
+pub mod backoff;
+pub mod entry;
+pub mod groups;
+pub mod host;
+pub mod keys;
+pub mod panic;
+pub mod pem;
+#[cfg(feature = "postgres")]
+pub mod prepared;
+pub mod redis_conn;
+pub mod topic;
+
+pub use entry::{Entry, EntryError};
+pub use redis_conn::{ConnectError, RedisConn};
