@@ -4,6 +4,8 @@
 //! its login page for a session cookie. Both end here, in [`Tokens::role_for`], which compares
 //! in constant time so that response timing does not reveal how much of a guess was right.
 
+use actix_web::cookie::Key;
+use sha2::{Digest, Sha512};
 use subtle::ConstantTimeEq;
 
 use crate::config::AdminSettings;
@@ -24,11 +26,12 @@ impl Role {
     }
 }
 
-/// The tokens the admin server accepts.
-#[derive(Clone, Default)]
+/// The tokens the admin server accepts, and the UI session key they make.
+#[derive(Clone)]
 pub struct Tokens {
     admin: Option<Vec<u8>>,
     read_only: Option<Vec<u8>>,
+    session_key: Key,
 }
 
 impl std::fmt::Debug for Tokens {
@@ -48,9 +51,17 @@ impl Tokens {
                 .filter(|t| !t.is_empty())
                 .map(|t| t.as_bytes().to_vec())
         };
+        let (admin, read_only) = (some(&admin.token), some(&admin.read_only_token));
+        let session_key = match &admin {
+            Some(admin) => Key::from(&derive_session_key(admin, read_only.as_deref())),
+            // The UI is open and served on loopback only: a key of this process is enough
+            // for the CSRF check.
+            None => Key::generate(),
+        };
         Tokens {
-            admin: some(&admin.token),
-            read_only: some(&admin.read_only_token),
+            admin,
+            read_only,
+            session_key,
         }
     }
 
@@ -84,24 +95,25 @@ impl Tokens {
 }
 
 impl Tokens {
-    /// The key that signs UI session cookies. Derived from the configured tokens, so every
-    /// replica given the same tokens accepts the same cookies (no session table), and
-    /// changing either token ends every session. With no token the UI is open and served on
-    /// loopback only: the key is random per process, which is enough for the CSRF check.
-    pub fn session_key(&self) -> [u8; 32] {
-        use hmac::{KeyInit, Mac};
-        static OPEN_KEY: std::sync::OnceLock<[u8; 32]> = std::sync::OnceLock::new();
-        let Some(admin) = &self.admin else {
-            return *OPEN_KEY.get_or_init(rand::random);
-        };
-        let Ok(mut mac) = <hmac::Hmac<sha2::Sha256> as KeyInit>::new_from_slice(admin) else {
-            // HMAC takes keys of any length; this branch is unreachable in practice.
-            return *OPEN_KEY.get_or_init(rand::random);
-        };
-        mac.update(b"outbox-relay ui session v1\0");
-        mac.update(self.read_only.as_deref().unwrap_or_default());
-        mac.finalize().into_bytes().into()
+    /// The key that encrypts and authenticates UI session cookies. Derived from the
+    /// configured tokens, so every replica given the same tokens accepts the same cookies (no
+    /// session table), and changing either token ends every session. With no token it is
+    /// random per process.
+    pub fn session_key(&self) -> &Key {
+        &self.session_key
     }
+}
+
+/// The 64 bytes of a cookie [`Key`] (signing and encryption halves) from the tokens.
+fn derive_session_key(admin: &[u8], read_only: Option<&[u8]>) -> [u8; 64] {
+    let mut hash = Sha512::new();
+    hash.update(b"outbox-relay ui session v2\0");
+    // The length first, so that no other split of the same bytes into two tokens gives the
+    // same key.
+    hash.update((admin.len() as u64).to_be_bytes());
+    hash.update(admin);
+    hash.update(read_only.unwrap_or_default());
+    hash.finalize().into()
 }
 
 #[cfg(test)]
@@ -115,6 +127,15 @@ mod tests {
             read_only_token: ro.map(str::to_string),
             ..AdminSettings::default()
         })
+    }
+
+    #[test]
+    fn the_session_key_follows_both_tokens() {
+        let key = |admin, ro| tokens(Some(admin), ro).session_key().master().to_vec();
+        assert_eq!(key("s3cret", Some("look")), key("s3cret", Some("look")));
+        assert_ne!(key("s3cret", Some("look")), key("s3cret", None));
+        assert_ne!(key("s3cret", Some("look")), key("other", Some("look")));
+        assert_ne!(key("ab", Some("c")), key("a", Some("bc")));
     }
 
     #[test]

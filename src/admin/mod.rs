@@ -1,12 +1,12 @@
 //! The admin HTTP server (actix-web): health, metrics, the JSON API (`api`) and the web UI
-//! (`ui`). Both call the same `crate::db` functions; only their transport differs.
-//! [`routes`] lists every route in one place.
+//! (`ui`). Both change state only through [`actions`] and read through the same `crate::db`
+//! functions; only their transport differs. [`routes`] lists every route in one place.
 
+pub mod actions;
 pub mod api;
 pub mod auth;
 pub mod caller;
 pub mod counts;
-pub mod enqueue;
 pub mod health;
 pub mod readiness;
 pub mod throttle;
@@ -51,6 +51,13 @@ pub struct AdminState {
     pub heartbeat_interval: Duration,
     /// Published counts per topic, shared by every page and request of this replica.
     pub published: Arc<counts::PublishedCache>,
+}
+
+impl AdminState {
+    /// The state-changing operations, on this state's pool and claimer.
+    pub fn actions(&self) -> actions::Actions<'_> {
+        actions::Actions::new(&self.pool, self.wake.as_ref())
+    }
 }
 
 /// Every route of the admin server.

@@ -1,5 +1,5 @@
 //! All SQL of `outbox_idempotency`: the keys of the admin API's idempotent enqueue (see
-//! `admin::enqueue`), each with a hash of the request it came with and the event it created.
+//! `admin::actions`), each with a hash of the request it came with and the event it created.
 //!
 //! A transaction-scoped advisory lock per key makes a concurrent duplicate fail fast instead
 //! of waiting on the first one's unique-index entry.

@@ -6,8 +6,8 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use super::error::{ApiError, ApiResult};
-use super::wake_claimer;
+use super::error::ApiResult;
+use crate::admin::actions::check_dead_filter;
 use crate::admin::caller::Caller;
 use crate::admin::AdminState;
 use crate::db::dead::{self, DeadAction, DeadFilter};
@@ -34,21 +34,16 @@ pub struct Filter {
 
 impl Filter {
     fn into_db(self) -> ApiResult<DeadFilter> {
-        if let (Some(a), Some(b)) = (self.dead_after, self.dead_before) {
-            if a >= b {
-                return Err(ApiError::BadRequest(
-                    "dead_after must be before dead_before".into(),
-                ));
-            }
-        }
-        Ok(DeadFilter {
+        let filter = DeadFilter {
             topic: self.topic,
             partition_key: self.key,
             error_contains: self.error,
             fingerprint: self.fingerprint,
             dead_after: self.dead_after,
             dead_before: self.dead_before,
-        })
+        };
+        check_dead_filter(&filter)?;
+        Ok(filter)
     }
 }
 
@@ -125,18 +120,10 @@ async fn bulk(
     action: DeadAction,
 ) -> ApiResult<HttpResponse> {
     let filter = req.filter.into_db()?;
-    let mut conn = state.pool.get().await?;
-    let count = pooler::unit(&mut conn, async |c| {
-        if req.dry_run {
-            dead::count(c, &filter).await
-        } else {
-            dead::act_on_matching(c, action, &filter, &caller.who).await
-        }
-    })
-    .await?;
-    if !req.dry_run && action == DeadAction::Retry && count > 0 {
-        wake_claimer(state);
-    }
+    let count = state
+        .actions()
+        .dead_bulk(&caller.who, action, &filter, req.dry_run)
+        .await?;
     Ok(HttpResponse::Ok().json(BulkResponse {
         count,
         dry_run: req.dry_run,

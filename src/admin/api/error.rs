@@ -4,6 +4,7 @@
 use actix_web::http::{header, StatusCode};
 use actix_web::{HttpResponse, ResponseError};
 
+use crate::admin::actions::ActionError;
 use crate::db::DbError;
 
 /// Why a request failed.
@@ -91,6 +92,24 @@ impl From<DbError> for ApiError {
                 tracing::warn!("admin api: {e}");
                 ApiError::Unavailable
             }
+        }
+    }
+}
+
+impl From<ActionError> for ApiError {
+    fn from(e: ActionError) -> Self {
+        match e {
+            ActionError::InvalidTopic(_)
+            | ActionError::BadMaxlen
+            | ActionError::HeadersNotObject => ApiError::BadRequest(e.to_string()),
+            // Named as the API's filter names its fields.
+            ActionError::EmptyRange { .. } => {
+                ApiError::BadRequest("dead_after must be before dead_before".into())
+            }
+            ActionError::NoEvent(_) => ApiError::NotFound(e.to_string()),
+            ActionError::NotDead(_) | ActionError::KeyInFlight => ApiError::Conflict(e.to_string()),
+            ActionError::KeyReused => ApiError::Unprocessable(e.to_string()),
+            ActionError::Db(e) => e.into(),
         }
     }
 }

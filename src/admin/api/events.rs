@@ -9,11 +9,11 @@ use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
 use super::error::{ApiError, ApiResult};
-use super::{next_cursor, wake_claimer, Page};
+use super::{next_cursor, Page};
+use crate::admin::actions::Enqueued;
 use crate::admin::caller::Caller;
-use crate::admin::enqueue::{enqueue_once, EnqueueError, Enqueued};
 use crate::admin::AdminState;
-use crate::db::dead::{self, DeadAction, Steered};
+use crate::db::dead::DeadAction;
 use crate::db::events::{self, EventFilter, EventRow, Status};
 use crate::db::{pooler, DbError};
 use crate::producer::NewEvent;
@@ -282,23 +282,16 @@ pub async fn enqueue(
 ) -> ApiResult<HttpResponse> {
     let key = idempotency_key(req.headers())?;
     let body = body.into_inner();
-    super::valid_topic(&body.topic)?;
-    let headers = body.headers.unwrap_or_else(|| serde_json::json!({}));
-    if !headers.is_object() {
-        return Err(ApiError::BadRequest("headers must be a JSON object".into()));
-    }
-    let mut event = NewEvent::new(body.topic, body.payload).headers(headers);
+    let mut event = NewEvent::new(body.topic, body.payload);
     event.partition_key = body.partition_key;
-    let mut conn = state.pool.get().await?;
-    match enqueue_once(&mut conn, &event, key.as_deref(), &caller.who).await {
-        Ok(Enqueued::Created(id)) => Ok(HttpResponse::Created().json(EnqueueResponse { id })),
-        Ok(Enqueued::Replayed(id)) => Ok(HttpResponse::Ok().json(EnqueueResponse { id })),
-        Err(EnqueueError::InvalidTopic(t)) => {
-            Err(ApiError::BadRequest(format!("invalid topic {t:?}")))
-        }
-        Err(e @ EnqueueError::KeyInFlight) => Err(ApiError::Conflict(e.to_string())),
-        Err(e @ EnqueueError::KeyReused) => Err(ApiError::Unprocessable(e.to_string())),
-        Err(EnqueueError::Db(e)) => Err(e.into()),
+    event.headers = body.headers;
+    match state
+        .actions()
+        .enqueue(&caller.who, event, key.as_deref())
+        .await?
+    {
+        Enqueued::Created(id) => Ok(HttpResponse::Created().json(EnqueueResponse { id })),
+        Enqueued::Replayed(id) => Ok(HttpResponse::Ok().json(EnqueueResponse { id })),
     }
 }
 
@@ -317,28 +310,12 @@ async fn steer(
     id: Uuid,
     action: DeadAction,
 ) -> ApiResult<HttpResponse> {
-    let mut conn = state.pool.get().await?;
-    let who = &caller.who;
-    match pooler::unit(&mut conn, async |c| {
-        dead::act_on_one(c, action, id, who).await
-    })
-    .await?
-    {
-        Steered::NotFound => Err(ApiError::NotFound(format!("no event {id}"))),
-        Steered::NotDead => Err(ApiError::Conflict(format!(
-            "event {id} is not dead (pending, published or already discarded)"
-        ))),
-        Steered::Done => {
-            let status = match action {
-                DeadAction::Retry => {
-                    wake_claimer(state);
-                    StatusParam::Pending
-                }
-                DeadAction::Discard => StatusParam::Discarded,
-            };
-            Ok(HttpResponse::Ok().json(Steering { id, status }))
-        }
-    }
+    state.actions().dead_one(&caller.who, action, id).await?;
+    let status = match action {
+        DeadAction::Retry => StatusParam::Pending,
+        DeadAction::Discard => StatusParam::Discarded,
+    };
+    Ok(HttpResponse::Ok().json(Steering { id, status }))
 }
 
 /// Requeues a dead event: attempts 0, `dead_at` null, publishable now (`last_error` is

@@ -143,21 +143,8 @@ pub fn next_cursor<T>(
     }
 }
 
-/// Wakes this replica's claimer after an action that made events publishable; the other
-/// replicas hear the NOTIFY the action's transaction sent.
-pub fn wake_claimer(state: &super::AdminState) {
-    if let Some(wake) = &state.wake {
-        wake.do_send(crate::relay::messages::Wake);
-    }
-}
-
-/// A topic from the path, checked against the table's rule.
+/// A topic from the path, checked against the table's rule (the actions' check, so reads
+/// refuse what they refuse).
 pub fn valid_topic(topic: &str) -> Result<(), ApiError> {
-    if crate::producer::valid_topic(topic) {
-        Ok(())
-    } else {
-        Err(ApiError::BadRequest(format!(
-            "invalid topic {topic:?}: 1 to 255 characters, no whitespace or control characters"
-        )))
-    }
+    Ok(crate::admin::actions::check_topic(topic)?)
 }

@@ -5,12 +5,12 @@ use actix_web::{web, HttpResponse};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::error::{ApiError, ApiResult};
+use super::error::ApiResult;
 use super::stats::TopicStats;
-use super::{valid_topic, wake_claimer};
+use super::valid_topic;
 use crate::admin::caller::Caller;
 use crate::admin::AdminState;
-use crate::db::{pooler, topics};
+use crate::db::pooler;
 
 /// Every topic with events or settings, with its counts.
 #[utoipa::path(get, path = "/api/v1/topics", tag = "topics",
@@ -77,17 +77,10 @@ pub async fn put(
     topic: web::Path<String>,
     body: web::Json<TopicSettings>,
 ) -> ApiResult<HttpResponse> {
-    valid_topic(&topic)?;
-    if body.maxlen.is_some_and(|m| m <= 0) {
-        return Err(ApiError::BadRequest(
-            "maxlen must be positive or null".into(),
-        ));
-    }
-    let mut conn = state.pool.get().await?;
-    topics::set_settings(&mut conn, &topic, body.paused, body.maxlen, &caller.who).await?;
-    if !body.paused {
-        wake_claimer(&state);
-    }
+    state
+        .actions()
+        .set_topic_settings(&caller.who, &topic, body.paused, body.maxlen)
+        .await?;
     Ok(HttpResponse::Ok().json(one(&state, &topic).await?))
 }
 
@@ -106,14 +99,12 @@ async fn set_paused(
     topic: String,
     paused: bool,
 ) -> ApiResult<HttpResponse> {
-    valid_topic(&topic)?;
-    let mut conn = state.pool.get().await?;
-    // Returns once in-flight batches of the topic have committed: after a 200 to a pause,
+    // Answers once in-flight batches of the topic have committed: after a 200 to a pause,
     // no replica publishes the topic.
-    topics::set_paused(&mut conn, &topic, paused, &caller.who).await?;
-    if !paused {
-        wake_claimer(state);
-    }
+    state
+        .actions()
+        .set_paused(&caller.who, &topic, paused)
+        .await?;
     Ok(HttpResponse::Ok().json(PauseState { topic, paused }))
 }
 

@@ -3,7 +3,7 @@
 //!
 //! Every action goes through a confirmation page that first counts what it would touch (a
 //! dry run with `db::dead::count`), then posts to `/dead/apply`, which calls the same
-//! `db::dead` steering functions as the API (audit row included) and wakes the claimer.
+//! [`actions`](crate::admin::actions) as the API (audit row, claimer woken).
 
 use actix_web::{web, HttpRequest, HttpResponse};
 use chrono::{DateTime, NaiveDate, NaiveDateTime, Utc};
@@ -14,9 +14,9 @@ use uuid::Uuid;
 use super::layout::{self, Nav};
 use super::session::Session;
 use super::{events as event_pages, see_other, UiError};
-use crate::admin::api::wake_claimer;
+use crate::admin::actions::{check_dead_filter, ActionError};
 use crate::admin::AdminState;
-use crate::db::dead::{self, DeadAction, DeadFilter, Steered};
+use crate::db::dead::{self, DeadAction, DeadFilter};
 use crate::db::{events, pooler, DbError};
 
 /// Dead events listed under the groups.
@@ -104,23 +104,16 @@ fn parse_time(field: &str, text: &str) -> Result<Option<DateTime<Utc>>, UiError>
 
 impl Target {
     fn filter(&self) -> Result<DeadFilter, UiError> {
-        let dead_after = parse_time("from", &self.from)?;
-        let dead_before = parse_time("to", &self.to)?;
-        if let (Some(from), Some(to)) = (dead_after, dead_before) {
-            if from >= to {
-                return Err(UiError::BadRequest(format!(
-                    "the range is empty: from ({from}) is not before to ({to})"
-                )));
-            }
-        }
-        Ok(DeadFilter {
+        let filter = DeadFilter {
             topic: opt(&self.topic),
             partition_key: opt(&self.key),
             error_contains: opt(&self.error),
             fingerprint: opt(&self.fingerprint),
-            dead_after,
-            dead_before,
-        })
+            dead_after: parse_time("from", &self.from)?,
+            dead_before: parse_time("to", &self.to)?,
+        };
+        check_dead_filter(&filter)?;
+        Ok(filter)
     }
 
     /// Every field as (form name, words for a person, value): the query string, the hidden
@@ -343,22 +336,20 @@ pub async fn apply(
     let actor = session.act(&form.csrf)?;
     let action = action_of(&form.action)?;
     let t = &form.target;
-    let mut conn = super::conn(&state).await?;
-    let who = &actor.who;
-    let n = pooler::unit(&mut conn, async |c| {
-        Ok::<_, UiError>(match t.one()? {
-            Some(id) => match dead::act_on_one(c, action, id, who).await? {
-                Steered::Done => 1,
-                Steered::NotFound => return Err(UiError::NotFound(format!("no event {id}"))),
-                Steered::NotDead => 0,
-            },
-            None => dead::act_on_matching(c, action, &t.filter()?, who).await?,
-        })
-    })
-    .await?;
-    if action == DeadAction::Retry && n > 0 {
-        wake_claimer(&state);
-    }
+    let actions = state.actions();
+    let n = match t.one()? {
+        Some(id) => match actions.dead_one(&actor.who, action, id).await {
+            Ok(()) => 1,
+            // Retried or discarded meanwhile (another tab, another operator): nothing to do.
+            Err(ActionError::NotDead(_)) => 0,
+            Err(e) => return Err(e.into()),
+        },
+        None => {
+            actions
+                .dead_bulk(&actor.who, action, &t.filter()?, false)
+                .await?
+        }
+    };
     let back = Target {
         id: String::new(),
         ..t.clone()

@@ -2,8 +2,8 @@
 //!
 //! One file per page; [`routes`] lists every UI route. State-changing routes are POST forms
 //! that check the session's role and CSRF token ([`session::Session::act`]), call the same
-//! `crate::db` steering functions as the JSON API, then redirect (POST-redirect-GET), so a
-//! reload never repeats an action.
+//! [`actions`](crate::admin::actions) as the JSON API, then redirect (POST-redirect-GET), so
+//! a reload never repeats an action.
 
 pub mod assets;
 pub mod audit;
@@ -19,6 +19,7 @@ pub mod streams;
 use actix_web::http::{header, StatusCode};
 use actix_web::{web, HttpRequest, HttpResponse, ResponseError};
 
+use crate::admin::actions::ActionError;
 use crate::admin::AdminState;
 use crate::db::DbError;
 
@@ -66,6 +67,28 @@ pub enum UiError {
     /// Redis failed (Streams page).
     #[error("redis: {0}")]
     Redis(String),
+}
+
+impl From<ActionError> for UiError {
+    fn from(e: ActionError) -> Self {
+        match e {
+            // The page names what was typed, not the table's rule.
+            ActionError::InvalidTopic(topic) => {
+                UiError::BadRequest(format!("invalid topic {topic:?}"))
+            }
+            // Named as the form names its fields.
+            ActionError::EmptyRange { after, before } => UiError::BadRequest(format!(
+                "the range is empty: from ({after}) is not before to ({before})"
+            )),
+            ActionError::NoEvent(_) => UiError::NotFound(e.to_string()),
+            ActionError::Db(e) => UiError::Db(e),
+            ActionError::BadMaxlen
+            | ActionError::HeadersNotObject
+            | ActionError::NotDead(_)
+            | ActionError::KeyInFlight
+            | ActionError::KeyReused => UiError::BadRequest(e.to_string()),
+        }
+    }
 }
 
 impl UiError {

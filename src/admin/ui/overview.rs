@@ -13,9 +13,8 @@ use super::layout::{self, Nav};
 use super::session::Session;
 use super::{see_other, UiError};
 use crate::admin::api::replicas::alive_ms;
-use crate::admin::api::wake_claimer;
 use crate::admin::AdminState;
-use crate::db::{events, pooler, replicas, topics, DbError};
+use crate::db::{events, pooler, replicas, DbError};
 use crate::relay::throughput::{Minutes, MINUTES};
 
 /// An inline SVG bar chart of per-minute counts, oldest left.
@@ -164,13 +163,9 @@ pub async fn steer(
         "resume" => false,
         _ => return Err(UiError::NotFound(format!("no action {action:?}"))),
     };
-    if !crate::producer::valid_topic(&topic) {
-        return Err(UiError::BadRequest(format!("invalid topic {topic:?}")));
-    }
-    let mut conn = super::conn(&state).await?;
-    topics::set_paused(&mut conn, &topic, paused, &actor.who).await?;
-    if !paused {
-        wake_claimer(&state);
-    }
+    state
+        .actions()
+        .set_paused(&actor.who, &topic, paused)
+        .await?;
     Ok(see_other("/"))
 }

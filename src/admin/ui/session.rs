@@ -1,19 +1,20 @@
-//! UI sessions without a session table: a signed cookie naming the role, an expiry and a
-//! random nonce, plus the per-session CSRF token derived from that nonce.
+//! UI sessions without a session table: a private cookie (the `cookie` crate's private jar,
+//! AES-256-GCM: encrypted and authenticated) holding the role, an expiry and the session's
+//! CSRF token.
 //!
-//! The signing key comes from the configured tokens ([`Tokens::session_key`]), so any replica
-//! behind one Service accepts a cookie another replica issued. The cookie is HttpOnly and
+//! The key comes from the configured tokens ([`Tokens::session_key`]), so any replica behind
+//! one Service accepts a cookie another replica issued. The cookie is HttpOnly and
 //! SameSite=Strict; every state-changing form also carries the CSRF token in a hidden field,
-//! checked by [`Session::act`].
+//! checked by [`Session::act`]. Sealed, the cookie can be neither forged nor altered without
+//! the key, and the token it carries is known only to the pages this server renders.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use actix_web::cookie::{self, Cookie, SameSite};
+use actix_web::cookie::{self, Cookie, CookieJar, SameSite};
 use actix_web::dev::Payload;
 use actix_web::{web, FromRequest, HttpRequest};
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
-use hmac::{KeyInit, Mac};
 
 use super::UiError;
 use crate::admin::auth::{Role, Tokens};
@@ -23,8 +24,6 @@ use crate::admin::AdminState;
 pub const COOKIE: &str = "outbox_session";
 /// How long a login lasts.
 pub const LIFETIME: Duration = Duration::from_secs(12 * 3600);
-
-type HmacSha256 = hmac::Hmac<sha2::Sha256>;
 
 /// A logged-in browser: who it is and the token its forms must carry.
 #[derive(Debug, Clone)]
@@ -44,18 +43,6 @@ pub struct Actor {
     pub who: String,
 }
 
-fn mac(key: &[u8; 32], parts: &[&[u8]]) -> Vec<u8> {
-    // A 32-byte key is always accepted by HMAC; the fallback only keeps this path panic-free.
-    let Ok(mut m) = <HmacSha256 as KeyInit>::new_from_slice(key) else {
-        return Vec::new();
-    };
-    for p in parts {
-        m.update(p);
-        m.update(b"\0");
-    }
-    m.finalize().into_bytes().to_vec()
-}
-
 fn now_secs() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -70,30 +57,23 @@ fn role_name(role: Role) -> &'static str {
     }
 }
 
-/// The CSRF token of a session nonce: a MAC, so it need not be stored anywhere.
-fn csrf_for(key: &[u8; 32], nonce: &str) -> String {
-    URL_SAFE_NO_PAD.encode(mac(key, &[b"csrf", nonce.as_bytes()]))
-}
-
-/// A new session cookie for `role`.
+/// A new session cookie for `role`, sealed with the tokens' key.
 pub fn issue(tokens: &Tokens, role: Role, secure: bool) -> Cookie<'static> {
-    let key = tokens.session_key();
-    let nonce: [u8; 16] = rand::random();
+    let csrf = URL_SAFE_NO_PAD.encode(rand::random::<[u8; 16]>());
+    // The expiry is inside the sealed value: Max-Age only asks the browser to forget it, a
+    // copied cookie would outlive it.
     let expires = now_secs() + LIFETIME.as_secs();
-    let payload = format!(
-        "{}.{}.{}",
-        role_name(role),
-        expires,
-        URL_SAFE_NO_PAD.encode(nonce)
-    );
-    let sig = URL_SAFE_NO_PAD.encode(mac(&key, &[b"session", payload.as_bytes()]));
-    Cookie::build(COOKIE, format!("{payload}.{sig}"))
+    let plain = Cookie::build(COOKIE, format!("{}.{expires}.{csrf}", role_name(role)))
         .path("/")
         .http_only(true)
         .same_site(SameSite::Strict)
         .secure(secure)
         .max_age(cookie::time::Duration::seconds(LIFETIME.as_secs() as i64))
-        .finish()
+        .finish();
+    let mut jar = CookieJar::new();
+    jar.private_mut(tokens.session_key()).add(plain);
+    // The jar holds what was just added; were it ever empty, no session beats a panic.
+    jar.get(COOKIE).cloned().unwrap_or_else(clear)
 }
 
 /// A cookie that removes the session.
@@ -107,32 +87,26 @@ pub fn clear() -> Cookie<'static> {
     c
 }
 
-/// The session a cookie value proves, if its signature holds and it has not expired.
+/// The session a cookie value proves, if it opens with the tokens' key and has not expired.
 pub fn verify(tokens: &Tokens, value: &str) -> Option<Session> {
-    let key = tokens.session_key();
-    let (payload, sig) = value.rsplit_once('.')?;
-    let sig = URL_SAFE_NO_PAD.decode(sig).ok()?;
-    let mut m = <HmacSha256 as KeyInit>::new_from_slice(&key).ok()?;
-    m.update(b"session");
-    m.update(b"\0");
-    m.update(payload.as_bytes());
-    m.update(b"\0");
-    // Constant-time comparison of the signature.
-    m.verify_slice(&sig).ok()?;
-    let mut parts = payload.splitn(3, '.');
+    let sealed = Cookie::new(COOKIE, value.to_string());
+    let plain = CookieJar::new()
+        .private(tokens.session_key())
+        .decrypt(sealed)?;
+    let mut parts = plain.value().splitn(3, '.');
     let role = match parts.next()? {
         "admin" => Role::Admin,
         "viewer" => Role::ReadOnly,
         _ => return None,
     };
     let expires: u64 = parts.next()?.parse().ok()?;
-    let nonce = parts.next()?;
+    let csrf = parts.next().filter(|c| !c.is_empty())?;
     if expires < now_secs() {
         return None;
     }
     Some(Session {
         role,
-        csrf: csrf_for(&key, nonce),
+        csrf: csrf.to_string(),
         open: tokens.open(),
     })
 }
@@ -200,16 +174,44 @@ mod tests {
         let c = issue(&t, Role::ReadOnly, false);
         assert!(c.http_only().unwrap_or(false));
         assert_eq!(c.same_site(), Some(SameSite::Strict));
+        assert_eq!(c.path(), Some("/"));
+        assert_eq!(c.max_age(), Some(cookie::time::Duration::seconds(43_200)));
+        // Sealed: neither the role nor the CSRF token can be read from it.
+        assert!(!c.value().contains("viewer"), "{}", c.value());
         let s = verify(&t, c.value()).expect("valid");
         assert_eq!(s.role, Role::ReadOnly);
+        assert!(!c.value().contains(&s.csrf));
         // Another replica with the same tokens accepts it; other tokens do not.
         assert!(verify(&tokens("s3cret", Some("look")), c.value()).is_some());
         assert!(verify(&tokens("other", Some("look")), c.value()).is_none());
         assert!(verify(&tokens("s3cret", None), c.value()).is_none());
-        // Promoting the role in the payload breaks the signature.
-        let forged = c.value().replacen("viewer", "admin", 1);
-        assert!(verify(&t, &forged).is_none());
+        // Any change to the sealed value breaks it.
+        let mut bytes = c.value().to_string().into_bytes();
+        bytes[20] = if bytes[20] == b'A' { b'B' } else { b'A' };
+        let altered = String::from_utf8(bytes).expect("ascii");
+        assert!(verify(&t, &altered).is_none());
+        assert!(verify(&t, &format!("{}x", c.value())).is_none());
         assert!(verify(&t, "garbage").is_none());
+        // A value in the clear, even a well-formed one, is no session.
+        assert!(verify(&t, "admin.99999999999.token").is_none());
+    }
+
+    /// `value` sealed as the session cookie would be.
+    fn seal(t: &Tokens, value: String) -> String {
+        let mut jar = CookieJar::new();
+        jar.private_mut(t.session_key())
+            .add(Cookie::new(COOKIE, value));
+        jar.get(COOKIE).expect("added").value().to_string()
+    }
+
+    #[test]
+    fn an_expired_session_is_refused_whatever_the_browser_kept() {
+        let t = tokens("s3cret", None);
+        let later = now_secs() + 60;
+        assert!(verify(&t, &seal(&t, format!("admin.{later}.tok"))).is_some());
+        assert!(verify(&t, &seal(&t, "admin.1.tok".into())).is_none());
+        assert!(verify(&t, &seal(&t, format!("admin.{later}."))).is_none());
+        assert!(verify(&t, &seal(&t, format!("root.{later}.tok"))).is_none());
     }
 
     #[test]

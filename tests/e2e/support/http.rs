@@ -1,12 +1,13 @@
-//! The one HTTP client of the end-to-end tests (std only: HTTP/1.0, one request per connection,
-//! so a response ends when the server closes it): admin API calls with a bearer token, UI pages
-//! with a session cookie, forms and their redirects, and the health and metrics endpoints.
+//! The one HTTP client of the end-to-end tests, on `ureq`: admin API calls with a bearer
+//! token, UI pages with a session cookie, forms and their redirects, and the health and
+//! metrics endpoints. A response is what the server sent, whatever its status: redirects are
+//! not followed (tests read `Location`) and a 4xx or 5xx is a [`Resp`], not an error.
 //! Responses keep their headers as sent (`Set-Cookie`, `Location`, `Retry-After`), and their
 //! body both as text and, when it is JSON, parsed.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
+
+use ureq::http;
 
 /// A client for one admin server; the headers it sends with every request (a token, a
 /// session cookie) are part of it, so a test holds one per identity.
@@ -14,6 +15,7 @@ use std::time::{Duration, Instant};
 pub struct Http {
     port: u16,
     headers: Vec<(String, String)>,
+    agent: ureq::Agent,
 }
 
 /// A request body, sent with its `Content-Type`.
@@ -77,9 +79,23 @@ impl Resp {
 impl Http {
     /// A client without credentials for the admin server on `port` (loopback).
     pub fn new(port: u16) -> Http {
+        let agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .max_redirects(0)
+            .max_redirects_will_error(false)
+            // A fresh connection per request, as a restarted server on the same port must
+            // not meet a connection to its predecessor.
+            .max_idle_connections(0)
+            .max_idle_connections_per_host(0)
+            .timeout_connect(Some(Duration::from_secs(2)))
+            .timeout_recv_response(Some(Duration::from_secs(20)))
+            .timeout_recv_body(Some(Duration::from_secs(20)))
+            .build()
+            .into();
         Http {
             port,
             headers: Vec::new(),
+            agent,
         }
     }
 
@@ -100,38 +116,48 @@ impl Http {
         self.with("Cookie", cookie)
     }
 
-    /// Sends one request; `None` when nothing answers (no server, or no status line).
+    /// Sends one request; `None` when nothing answers (no server, or no HTTP response).
     pub fn try_send(&self, method: &str, path: &str, body: Body<'_>) -> Option<Resp> {
-        let addr = SocketAddr::from(([127, 0, 0, 1], self.port));
-        let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
-        s.set_read_timeout(Some(Duration::from_secs(20))).ok()?;
-        let mut head = format!(
-            "{method} {path} HTTP/1.0\r\nHost: 127.0.0.1:{}\r\n",
-            self.port
-        );
+        let mut req = http::Request::builder()
+            .method(method)
+            .uri(format!("http://127.0.0.1:{}{path}", self.port));
         for (k, v) in &self.headers {
-            head.push_str(&format!("{k}: {v}\r\n"));
+            req = req.header(k, v);
         }
-        let bytes = match body {
-            Body::Empty => "",
-            Body::Json(b) => {
-                head.push_str("Content-Type: application/json\r\n");
-                b
-            }
-            Body::Form(b) => {
-                head.push_str("Content-Type: application/x-www-form-urlencoded\r\n");
-                b
-            }
+        let (content_type, bytes) = match body {
+            Body::Empty => (None, ""),
+            Body::Json(b) => (Some("application/json"), b),
+            Body::Form(b) => (Some("application/x-www-form-urlencoded"), b),
         };
-        // Always a length: HTTP/1.0 has no other way to say "no body" for a POST.
-        head.push_str(&format!("Content-Length: {}\r\n\r\n", bytes.len()));
-        s.write_all(head.as_bytes()).ok()?;
-        // A large body may be refused before it is all sent: that is a test's point.
-        let _ = s.write_all(bytes.as_bytes());
-        let mut raw = Vec::new();
-        // After such a refusal the connection may end in a reset: keep what arrived.
-        let _ = s.read_to_end(&mut raw);
-        parse(&raw)
+        if let Some(t) = content_type {
+            req = req.header(http::header::CONTENT_TYPE, t);
+        }
+        let req = req
+            .body(bytes.as_bytes())
+            .unwrap_or_else(|e| panic!("{method} {path}: not a request this client can send: {e}"));
+        let mut res = self.agent.run(req).ok()?;
+        let headers = res
+            .headers()
+            .iter()
+            .map(|(k, v)| {
+                let v = String::from_utf8_lossy(v.as_bytes()).into_owned();
+                (k.as_str().to_string(), v)
+            })
+            .collect();
+        let status = res.status().as_u16();
+        let raw = res
+            .body_mut()
+            .with_config()
+            .limit(64 * 1024 * 1024)
+            .read_to_vec()
+            .ok()?;
+        let body = String::from_utf8_lossy(&raw).into_owned();
+        Some(Resp {
+            status,
+            headers,
+            json: serde_json::from_str(&body).unwrap_or(serde_json::Value::Null),
+            body,
+        })
     }
 
     /// Sends one request; panics when nothing answers.
@@ -211,23 +237,6 @@ impl Http {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
-}
-
-fn parse(raw: &[u8]) -> Option<Resp> {
-    let text = String::from_utf8_lossy(raw);
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let mut lines = head.lines();
-    let status = lines.next()?.split_whitespace().nth(1)?.parse().ok()?;
-    let headers = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
-        .collect();
-    Some(Resp {
-        status,
-        headers,
-        json: serde_json::from_str(body).unwrap_or(serde_json::Value::Null),
-        body: body.to_string(),
-    })
 }
 
 /// Form-encodes pairs.
