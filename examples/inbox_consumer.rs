@@ -1,4 +1,4 @@
-//! An inbox consumer (CONTRACT section 8): reads a topic as a member of a consumer group and,
+//! An inbox consumer (docs/consumers.md, "The Rust library"): reads a topic as a member of a consumer group and,
 //! for each entry, inserts one row into `example_effects` in the same transaction as the
 //! inbox record of the event, then acknowledges it. A redelivered entry is skipped, so every
 //! event has exactly one row, whatever crashes happen.

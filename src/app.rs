@@ -8,7 +8,7 @@ use anyhow::Context as _;
 use crate::admin::readiness::ReadinessCheck;
 use crate::admin::{self, AdminState};
 use crate::config::{ConfigError, Settings};
-use crate::db::{self, pool::Drivers, pool::SessionLimits};
+use crate::db::{self, pool::Drivers};
 use crate::publish::connect;
 use crate::publish::{Publisher, PublisherConfig};
 use crate::relay::periodic::Periodic;
@@ -51,13 +51,10 @@ pub async fn run_until(
 ) -> anyhow::Result<()> {
     let url = settings.database_url()?.to_string();
     let addr = settings.admin_addr()?;
-    let limits = SessionLimits {
-        lease: settings.relay.lease,
-    };
-    // Without prepared statements the database may be behind a pooler in transaction mode:
-    // nothing is then kept in a session between transactions (`db::pooler`).
-    db::pooler::configure(!settings.database.prepared_statements, settings.relay.lease);
-    if !settings.database.prepared_statements && !settings.relay.poll_only {
+    // Behind a pooler in transaction mode nothing is kept in a session between transactions
+    // (`db::pooler`): the session travels with the pools' connections.
+    let session = settings.session();
+    if !settings.database.prepared_statements && !settings.poll_only() {
         tracing::warn!(
             "database.prepared_statements = false without relay.poll_only: behind a pooler in \
              transaction mode LISTEN cannot work, set OUTBOX__RELAY__POLL_ONLY=true"
@@ -65,20 +62,20 @@ pub async fn run_until(
     }
     // Validation keeps pool_size >= relay.workers + 2, so the relay keeps a connection per
     // claim worker.
-    let relay_pool = db::pool::build(
+    let relay_db = db::pool::build(
         &url,
         settings
             .database
             .pool_size
             .saturating_sub(db::pool::ADMIN_CONNECTIONS)
             .max(1),
-        limits,
+        session,
         Drivers::Caller,
     );
-    let admin_pool = db::pool::build(
+    let admin_db = db::pool::build(
         &url,
         db::pool::ADMIN_CONNECTIONS,
-        limits,
+        session,
         Drivers::Dedicated,
     );
     let redis_tls = connect::tls_files(&settings.redis).map_err(|e| anyhow::anyhow!(e.0))?;
@@ -95,7 +92,7 @@ pub async fn run_until(
     );
     let health = Arc::new(Health::default());
     let readiness = ReadinessCheck {
-        pool: admin_pool.clone(),
+        db: admin_db.clone(),
         publisher: publisher.clone(),
         health: health.clone(),
     };
@@ -104,15 +101,9 @@ pub async fn run_until(
     if let Some(handle) = &metrics {
         crate::telemetry::spawn_upkeep(handle.clone());
     }
-    let relay = relay::start(
-        &settings,
-        &url,
-        relay_pool,
-        publisher.clone(),
-        health.clone(),
-    );
+    let relay = relay::start(&settings, &url, relay_db, publisher.clone(), health.clone());
     let state = AdminState {
-        pool: admin_pool,
+        db: admin_db,
         publisher,
         health: health.clone(),
         stall_after: settings.relay.stall_after,
@@ -128,10 +119,10 @@ pub async fn run_until(
     };
     // Known topics' counters are in the first scrape; if Postgres is not there yet, the
     // backlog sampler registers them once it is.
-    let registered = tokio::time::timeout(Duration::from_secs(2), async {
-        let mut conn = state.pool.get().await.map_err(crate::db::DbError::from)?;
-        db::pooler::unit(&mut conn, relay::stats::register_topics).await
-    })
+    let registered = tokio::time::timeout(
+        Duration::from_secs(2),
+        state.db.unit(relay::stats::register_topics),
+    )
     .await;
     if !matches!(registered, Ok(Ok(()))) {
         tracing::debug!("topics not registered before the first scrape: Postgres not ready");

@@ -6,6 +6,7 @@
 //! errors carry the key path, which is what our one-line error needs); humantime-serde parses
 //! the human durations (`250ms`, `30s`, `7d`).
 
+use crate::db::{Session, SessionMode};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -76,6 +77,10 @@ pub struct DatabaseSettings {
     /// Off: keep nothing in a session between transactions (`db::pooler`), as behind a pooler
     /// in transaction mode (PgBouncer, any version; with `relay.poll_only`).
     pub prepared_statements: bool,
+    /// What sits between the relay and Postgres: `"none"`, or `"transaction"` for a pooler in
+    /// transaction mode (PgBouncer `pool_mode = transaction`), which means what
+    /// `prepared_statements = false` with `relay.poll_only = true` means.
+    pub pooler: SessionMode,
 }
 
 /// Redis settings.
@@ -206,6 +211,7 @@ impl Default for DatabaseSettings {
             url: None,
             pool_size: 8,
             prepared_statements: true,
+            pooler: SessionMode::Direct,
         }
     }
 }
@@ -384,6 +390,27 @@ impl Settings {
             return id.clone();
         }
         outbox_core::host::name().unwrap_or_else(|| "outbox-relay".into())
+    }
+
+    /// The session mode of the relay's connections, and the lease each transaction sets:
+    /// behind a transaction pooler (`database.pooler = "transaction"`, or
+    /// `database.prepared_statements = false`) nothing is kept between transactions.
+    pub fn session(&self) -> Session {
+        let pooled = self.database.pooler == SessionMode::TransactionPooled
+            || !self.database.prepared_statements;
+        Session {
+            mode: match pooled {
+                true => SessionMode::TransactionPooled,
+                false => SessionMode::Direct,
+            },
+            lease: self.relay.lease,
+        }
+    }
+
+    /// Whether the relay polls instead of LISTENing: `relay.poll_only`, or a transaction
+    /// pooler, through which LISTEN cannot work.
+    pub fn poll_only(&self) -> bool {
+        self.relay.poll_only || self.database.pooler == SessionMode::TransactionPooled
     }
 
     /// Published rows are deleted in the publish transaction itself (`published_for = 0s`).

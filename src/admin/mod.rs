@@ -21,7 +21,7 @@ use metrics_exporter_prometheus::PrometheusHandle;
 
 use actix::Recipient;
 
-use crate::db::Pool;
+use crate::db::Db;
 use crate::publish::Publisher;
 use crate::relay::health::Health;
 use crate::relay::messages::Wake;
@@ -31,7 +31,7 @@ use auth::Tokens;
 #[derive(Clone)]
 pub struct AdminState {
     /// The shared pool (reads only, plus steering writes).
-    pub pool: Pool,
+    pub db: Db,
     /// For stream inspection.
     pub publisher: Publisher,
     /// Relay health flags, read by the probes.
@@ -56,7 +56,7 @@ pub struct AdminState {
 impl AdminState {
     /// The state-changing operations, on this state's pool and claimer.
     pub fn actions(&self) -> actions::Actions<'_> {
-        actions::Actions::new(&self.pool, self.wake.as_ref())
+        actions::Actions::new(&self.db, self.wake.as_ref())
     }
 }
 

@@ -5,11 +5,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use diesel_async::SimpleAsyncConnection;
 use futures::future::BoxFuture;
 use futures::FutureExt;
 
-use crate::db::{DbError, Pool};
+use crate::db::{Db, DbError};
 use crate::publish::Publisher;
 use crate::relay::health::Health;
 use crate::relay::periodic::Job;
@@ -23,20 +22,18 @@ const PING_TIMEOUT: Duration = Duration::from_secs(1);
 #[derive(Clone)]
 pub struct ReadinessCheck {
     /// The admin's pool: the relay's may be busy with claims.
-    pub pool: Pool,
+    pub db: Db,
     /// For the Redis ping.
     pub publisher: Publisher,
     /// Where the result goes.
     pub health: Arc<Health>,
 }
 
-async fn postgres_ok(pool: &Pool) -> bool {
-    let check = async {
-        let mut conn = pool.get().await.ok()?;
-        // The simple protocol: one round trip, no prepared statement (safe behind a pooler).
-        conn.batch_execute("SELECT 1").await.ok()
-    };
-    matches!(tokio::time::timeout(PING_TIMEOUT, check).await, Ok(Some(_)))
+async fn postgres_ok(db: &Db) -> bool {
+    matches!(
+        tokio::time::timeout(PING_TIMEOUT, db.ping()).await,
+        Ok(Ok(()))
+    )
 }
 
 impl Job for ReadinessCheck {
@@ -50,7 +47,7 @@ impl Job for ReadinessCheck {
     fn run_once(&self) -> BoxFuture<'static, Result<(), DbError>> {
         let me = self.clone();
         async move {
-            let (postgres, redis) = futures::join!(postgres_ok(&me.pool), me.publisher.ping());
+            let (postgres, redis) = futures::join!(postgres_ok(&me.db), me.publisher.ping());
             me.health.checked(postgres, redis);
             Ok(())
         }

@@ -6,6 +6,7 @@
 pub mod audit;
 pub mod dead;
 pub mod events;
+pub mod handle;
 pub mod idempotency;
 pub mod migrate;
 pub mod outbox;
@@ -17,7 +18,8 @@ pub mod tls;
 pub mod topics;
 pub mod wake;
 
-pub use pool::{Pool, PooledConn};
+pub use handle::{Db, DbConn};
+pub use pooler::{Session, SessionMode};
 
 /// A failure talking to Postgres. Every variant is an outage from the events' point of view:
 /// none of them is caused by an event's content, so none consumes an attempt.

@@ -1,4 +1,4 @@
-//! The bb8 pools of diesel-async connections, and the session settings every connection gets.
+//! The bb8 pools of diesel-async connections, and the session set-up every connection gets.
 //!
 //! A tokio-postgres connection's driver task (the one that reads and writes its socket) lives
 //! on the runtime that opened it, so each pool says where its drivers run ([`Drivers`]).
@@ -19,7 +19,10 @@ use diesel_async::pooled_connection::{
 use diesel_async::{AsyncPgConnection, SimpleAsyncConnection};
 use futures::FutureExt;
 
-/// The pool shared by the actors and the admin server.
+use super::pooler::Session;
+use super::Db;
+
+/// A bb8 pool of diesel-async connections; reached only through [`Db`].
 pub type Pool = bb8::Pool<AsyncDieselConnectionManager<AsyncPgConnection>>;
 /// A connection borrowed from the pool.
 pub type PooledConn<'a> = PooledConnection<'a, AsyncPgConnection>;
@@ -69,45 +72,17 @@ pub enum Drivers {
 /// pool gets the rest, so neither can starve the other.
 pub const ADMIN_CONNECTIONS: u32 = 2;
 
-/// Session settings that bound how long a claim can outlive a stuck or vanished relay.
-#[derive(Debug, Clone, Copy)]
-pub struct SessionLimits {
-    /// `relay.lease`: Postgres ends a transaction idle for longer, releasing its row locks.
-    pub lease: Duration,
-}
-
-impl SessionLimits {
-    fn sql(&self) -> String {
-        if super::pooler::transaction_pooling() {
-            // Behind a transaction pooler a session setting would bind one server connection
-            // for all its clients: each transaction sets the limits itself (`pooler`).
-            return "SET application_name = 'outbox-relay'".into();
-        }
-        let lease_ms = self.lease.as_millis().max(1000);
-        // Keepalives let Postgres notice a relay host that vanished (power loss, partition)
-        // within about a third of the lease, where the kernel default would take hours.
-        let idle = (self.lease.as_secs() / 3).max(1);
-        format!(
-            "SET idle_in_transaction_session_timeout = {lease_ms}; \
-             SET statement_timeout = {lease_ms}; \
-             SET tcp_keepalives_idle = {idle}; \
-             SET tcp_keepalives_interval = {idle}; \
-             SET tcp_keepalives_count = 2; \
-             SET application_name = 'outbox-relay'"
-        )
-    }
-}
-
-/// Opens one connection, its driver where `drivers` says, with the session limits applied.
+/// Opens one connection in `session`'s mode, its driver where `drivers` says, with the
+/// session's set-up applied.
 pub async fn establish(
     url: &str,
-    limits: SessionLimits,
+    session: Session,
     drivers: Drivers,
 ) -> Result<AsyncPgConnection, ConnectionError> {
     let url = url.to_string();
-    let setup = limits.sql();
+    let setup = session.setup_sql();
     let open = async move {
-        let mut conn = super::tls::connect(&url).await?;
+        let mut conn = super::tls::connect_in(&url, session.mode).await?;
         conn.batch_execute(&setup)
             .await
             .map_err(ConnectionError::CouldntSetupConfiguration)?;
@@ -142,19 +117,20 @@ fn report_failure(error: &ConnectionError) {
     }
 }
 
-/// Builds the pool without connecting: the relay starts (and reports not-ready) while
-/// Postgres is away, and connects once it is back.
-pub fn build(url: &str, size: u32, limits: SessionLimits, drivers: Drivers) -> Pool {
+/// Builds the pool without connecting, as the [`Db`] handle of its `session`: the relay
+/// starts (and reports not-ready) while Postgres is away, and connects once it is back.
+pub fn build(url: &str, size: u32, session: Session, drivers: Drivers) -> Db {
     let mut config = ManagerConfig::<AsyncPgConnection>::default();
     config.recycling_method = RecyclingMethod::Fast;
     config.custom_setup = Box::new(move |url| {
         let url = url.to_string();
-        async move { establish(&url, limits, drivers).await }.boxed()
+        async move { establish(&url, session, drivers).await }.boxed()
     });
     let manager = AsyncDieselConnectionManager::new_with_config(url, config);
-    bb8::Pool::builder()
+    let pool = bb8::Pool::builder()
         .max_size(size)
         .connection_timeout(Duration::from_secs(3))
         .test_on_check_out(false)
-        .build_unchecked(manager)
+        .build_unchecked(manager);
+    Db::new(pool, session)
 }

@@ -3,12 +3,14 @@
 //! connection, and whatever a transaction leaves in its server session (a `SET`, a prepared
 //! statement, a session lock) stays there for the next client of that server connection.
 //!
-//! `database.prepared_statements = false` turns on [`transaction_pooling`] (with
-//! `relay.poll_only = true`, the documented configuration for such a pooler):
+//! A [`Session`] says which mode the connections are in, and travels with them: the pool's
+//! connection set-up and the [`Db`](super::Db) handle, the only way to a connection, carry it,
+//! so no statement can forget it. [`SessionMode::TransactionPooled`] (`database.pooler =
+//! "transaction"`, or the older `database.prepared_statements = false`):
 //! - No session settings at connect (`db::pool`): a `SET statement_timeout` sent once would
 //!   bind one server connection, for every client of the pooler, and be missing on the others.
-//!   The limits are set per transaction instead ([`begin_sql`], which every [`transaction`]
-//!   starts with, pooler or not).
+//!   The limits are set per transaction instead ([`Session::begin_sql`], which every
+//!   [`transaction`] starts with, pooler or not).
 //! - No statement cache, and every statement inside a transaction ([`unit`]). diesel-async sends
 //!   each statement as a named Parse, then Bind/Execute, then Close, each ended by a Sync; out of
 //!   a transaction the pooler may hand each part to another server connection (`prepared
@@ -19,7 +21,6 @@
 //! CLIENT_ENCODING`) in a transaction for the same reason, for every connection.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use diesel::connection::CacheSize;
@@ -29,41 +30,79 @@ use diesel_async::{
     TransactionManager,
 };
 use futures::FutureExt;
+use serde::{Deserialize, Serialize};
 
 use super::DbError;
 
-static TRANSACTION_POOLING: AtomicBool = AtomicBool::new(false);
-/// `relay.lease` in milliseconds; 0 until [`configure`]d.
-static LEASE_MS: AtomicU64 = AtomicU64::new(0);
-
-/// Sets the process-wide mode: `transaction_pooling` is `!database.prepared_statements`; `lease`
-/// is `relay.lease`, the limit every transaction of the relay sets for itself.
-pub fn configure(transaction_pooling: bool, lease: Duration) {
-    TRANSACTION_POOLING.store(transaction_pooling, Ordering::Relaxed);
-    let ms = u64::try_from(lease.as_millis())
-        .unwrap_or(u64::MAX)
-        .max(1000);
-    LEASE_MS.store(ms, Ordering::Relaxed);
+/// What sits between the relay and Postgres, and so what a connection may keep between two
+/// transactions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum SessionMode {
+    /// Each connection is a server session of its own: session settings and prepared
+    /// statements last as long as the connection (`database.pooler = "none"`).
+    #[default]
+    #[serde(rename = "none")]
+    Direct,
+    /// A pooler in transaction mode (PgBouncer `pool_mode = transaction`): each transaction may
+    /// run on another server connection, so nothing is kept between transactions
+    /// (`database.pooler = "transaction"`).
+    #[serde(rename = "transaction")]
+    TransactionPooled,
 }
 
-/// True when connections may reach Postgres through a pooler in transaction mode: nothing is
-/// kept in a session between transactions.
-pub fn transaction_pooling() -> bool {
-    TRANSACTION_POOLING.load(Ordering::Relaxed)
+/// The mode of a pool's connections and the limits each transaction of the relay sets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Session {
+    /// What connections may keep between transactions.
+    pub mode: SessionMode,
+    /// `relay.lease`: Postgres ends a transaction idle for longer (releasing its row locks), and
+    /// a statement running longer.
+    pub lease: Duration,
 }
 
-/// The statement that opens a transaction of the relay, in one round trip: `BEGIN`, and the
-/// lease as its `statement_timeout` and `idle_in_transaction_session_timeout` (`SET LOCAL`: they
-/// end with the transaction, and never bind the server connection's next client). Postgres ends
-/// a transaction idle for longer, and its locks go: a hung relay's claim is released after the
-/// lease also when no session setting reaches the server connection it runs on.
-pub fn begin_sql() -> String {
-    match LEASE_MS.load(Ordering::Relaxed) {
-        0 => "BEGIN".to_string(),
-        ms => format!(
+impl Session {
+    /// Whether nothing may be kept in a server session between transactions.
+    pub fn transaction_pooled(&self) -> bool {
+        self.mode == SessionMode::TransactionPooled
+    }
+
+    fn lease_ms(&self) -> u128 {
+        self.lease.as_millis().max(1000)
+    }
+
+    /// What a new connection runs once. In a session of its own: the lease as its timeouts and
+    /// TCP keepalives that let Postgres notice a relay host that vanished (power loss,
+    /// partition) within about a third of the lease, where the kernel default would take hours.
+    /// Behind a transaction pooler a session setting would bind one server connection for all
+    /// its clients: each transaction sets the limits itself ([`Session::begin_sql`]).
+    pub fn setup_sql(&self) -> String {
+        if self.transaction_pooled() {
+            return "SET application_name = 'outbox-relay'".into();
+        }
+        let lease_ms = self.lease_ms();
+        let idle = (self.lease.as_secs() / 3).max(1);
+        format!(
+            "SET idle_in_transaction_session_timeout = {lease_ms}; \
+             SET statement_timeout = {lease_ms}; \
+             SET tcp_keepalives_idle = {idle}; \
+             SET tcp_keepalives_interval = {idle}; \
+             SET tcp_keepalives_count = 2; \
+             SET application_name = 'outbox-relay'"
+        )
+    }
+
+    /// The statement that opens a transaction of the relay, in one round trip: `BEGIN`, and
+    /// the lease as its `statement_timeout` and `idle_in_transaction_session_timeout` (`SET
+    /// LOCAL`: they end with the transaction, and never bind the server connection's next
+    /// client). Postgres ends a transaction idle for longer, and its locks go: a hung relay's
+    /// claim is released after the lease also when no session setting reaches the server
+    /// connection it runs on.
+    pub fn begin_sql(&self) -> String {
+        let ms = self.lease_ms();
+        format!(
             "BEGIN; SET LOCAL statement_timeout = {ms}; \
              SET LOCAL idle_in_transaction_session_timeout = {ms}"
-        ),
+        )
     }
 }
 
@@ -82,9 +121,14 @@ where
     type Fut = Fut;
 }
 
-/// Runs `f` in a transaction that starts with [`begin_sql`] (the lease as its own timeouts),
-/// committed when `f` succeeds, rolled back when it fails: the claim cycle's transaction.
-pub async fn transaction<R, E, F>(conn: &mut AsyncPgConnection, f: F) -> Result<R, E>
+/// Runs `f` in a transaction that starts with [`Session::begin_sql`] (the lease as its own
+/// timeouts), committed when `f` succeeds, rolled back when it fails: the claim cycle's
+/// transaction.
+pub(super) async fn transaction<R, E, F>(
+    conn: &mut AsyncPgConnection,
+    session: Session,
+    f: F,
+) -> Result<R, E>
 where
     for<'r> F: AsyncFnOnce(&'r mut AsyncPgConnection) -> Result<R, E>
         + ConnFn<&'r mut AsyncPgConnection, Result<R, E>, Fut: Send>
@@ -92,7 +136,7 @@ where
     E: From<diesel::result::Error> + Send,
     R: Send,
 {
-    AnsiTransactionManager::begin_transaction_sql(conn, &begin_sql()).await?;
+    AnsiTransactionManager::begin_transaction_sql(conn, &session.begin_sql()).await?;
     let result = f(conn).await;
     finish(conn, result).await
 }
@@ -101,7 +145,11 @@ where
 /// (a heartbeat, an admin page): as it is on a connection of its own, in one [`transaction`]
 /// behind a transaction pooler (see the module docs). Inside a transaction already, `f` runs in
 /// it.
-pub async fn unit<R, E, F>(conn: &mut AsyncPgConnection, f: F) -> Result<R, E>
+pub(super) async fn unit<R, E, F>(
+    conn: &mut AsyncPgConnection,
+    session: Session,
+    f: F,
+) -> Result<R, E>
 where
     for<'r> F: AsyncFnOnce(&'r mut AsyncPgConnection) -> Result<R, E>
         + ConnFn<&'r mut AsyncPgConnection, Result<R, E>, Fut: Send>
@@ -109,10 +157,10 @@ where
     E: From<DbError> + Send,
     R: Send,
 {
-    if !transaction_pooling() {
+    if !session.transaction_pooled() {
         return f(conn).await;
     }
-    match AnsiTransactionManager::begin_transaction_sql(conn, &begin_sql()).await {
+    match AnsiTransactionManager::begin_transaction_sql(conn, &session.begin_sql()).await {
         Ok(()) => {}
         Err(diesel::result::Error::AlreadyInTransaction) => return f(conn).await,
         Err(e) => return Err(DbError::Query(e).into()),
@@ -157,20 +205,21 @@ where
 }
 
 /// Opens a connection (no TLS) with [`adopt`].
-pub async fn connect(url: &str) -> Result<AsyncPgConnection, ConnectionError> {
+pub async fn connect(url: &str, mode: SessionMode) -> Result<AsyncPgConnection, ConnectionError> {
     let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
         .await
         .map_err(|e| ConnectionError::BadConnection(e.to_string()))?;
-    adopt(client, connection).await
+    adopt(client, connection, mode).await
 }
 
 /// Makes a diesel-async connection of an opened tokio-postgres one: its connection task runs
 /// on the current runtime (as with `AsyncPgConnection::establish`), diesel-async's set-up
-/// statements run inside one transaction, and with [`transaction_pooling`] the statement
+/// statements run inside one transaction, and behind a transaction pooler the statement
 /// cache is off.
 pub async fn adopt<S>(
     client: tokio_postgres::Client,
     connection: tokio_postgres::Connection<tokio_postgres::Socket, S>,
+    mode: SessionMode,
 ) -> Result<AsyncPgConnection, ConnectionError>
 where
     S: tokio_postgres::tls::TlsStream + Unpin + Send + 'static,
@@ -186,7 +235,7 @@ where
     conn.batch_execute("COMMIT")
         .await
         .map_err(ConnectionError::CouldntSetupConfiguration)?;
-    if transaction_pooling() {
+    if mode == SessionMode::TransactionPooled {
         conn.set_prepared_statement_cache_size(CacheSize::Disabled);
     }
     Ok(conn)
@@ -198,12 +247,20 @@ mod tests {
 
     #[test]
     fn a_transaction_opens_with_the_lease_as_its_timeouts() {
-        configure(false, Duration::from_millis(2500));
+        let session = Session {
+            mode: SessionMode::TransactionPooled,
+            lease: Duration::from_millis(2500),
+        };
         assert_eq!(
-            begin_sql(),
+            session.begin_sql(),
             "BEGIN; SET LOCAL statement_timeout = 2500; \
              SET LOCAL idle_in_transaction_session_timeout = 2500"
         );
-        assert!(!transaction_pooling());
+        assert_eq!(session.setup_sql(), "SET application_name = 'outbox-relay'");
+        let direct = Session {
+            mode: SessionMode::Direct,
+            ..session
+        };
+        assert!(direct.setup_sql().contains("SET statement_timeout = 2500"));
     }
 }

@@ -12,6 +12,7 @@
 //! A server that fails verification is never sent a byte of a query: the handshake fails and
 //! the connection error says why.
 
+use super::pooler::SessionMode;
 use std::path::PathBuf;
 use std::str::FromStr;
 use std::sync::Arc;
@@ -164,7 +165,7 @@ impl Target {
 
     /// Opens a connection as the URL says (adopted as `pooler` requires); its driver task runs
     /// on the current runtime.
-    pub async fn connect(&self) -> Result<AsyncPgConnection, ConnectionError> {
+    pub async fn connect(&self, mode: SessionMode) -> Result<AsyncPgConnection, ConnectionError> {
         let bad = |e: tokio_postgres::Error| ConnectionError::BadConnection(tls_reason(&e));
         if self.mode == TlsMode::Disable {
             let (client, conn) = self
@@ -172,7 +173,7 @@ impl Target {
                 .connect(tokio_postgres::NoTls)
                 .await
                 .map_err(bad)?;
-            return super::pooler::adopt(client, conn).await;
+            return super::pooler::adopt(client, conn, mode).await;
         }
         let tls = self
             .client_config()
@@ -185,7 +186,7 @@ impl Target {
         });
         let connector = tokio_postgres_rustls::MakeRustlsConnect::new(tls);
         let (client, conn) = config.connect(connector).await.map_err(bad)?;
-        super::pooler::adopt(client, conn).await
+        super::pooler::adopt(client, conn, mode).await
     }
 }
 
@@ -269,10 +270,19 @@ impl ServerCertVerifier for Relaxed {
     }
 }
 
-/// Opens a connection to `url`; see [`Target`].
+/// Opens a dedicated connection to `url`, a session of its own (migrations, the benchmark);
+/// see [`Target`].
 pub async fn connect(url: &str) -> Result<AsyncPgConnection, ConnectionError> {
+    connect_in(url, SessionMode::Direct).await
+}
+
+/// Opens a connection to `url` for a pool whose connections are in `mode`.
+pub async fn connect_in(
+    url: &str,
+    mode: SessionMode,
+) -> Result<AsyncPgConnection, ConnectionError> {
     let target = Target::parse(url).map_err(|e| ConnectionError::InvalidConnectionUrl(e.0))?;
-    target.connect().await
+    target.connect(mode).await
 }
 
 #[cfg(test)]

@@ -1,4 +1,5 @@
-//! The Redis Streams publisher: one atomic, deduplicating script call per topic per batch.
+//! The Redis Streams publisher: a topic's share of a batch goes out in atomic, deduplicating
+//! script calls of at most [`CALL_BYTES`] of entries each.
 //!
 //! The relay hands it a topic's chains (a key's run of events in order, or one unkeyed event);
 //! it returns one [`Outcome`] per event. A failure that is the event's fault (WRONGTYPE,

@@ -120,13 +120,10 @@ impl Claimer {
             Producers::Quiet => Producers::Renewing,
             Producers::Announcing | Producers::Renewing => return,
         };
-        let pool = self.deps.pool.clone();
+        let db = self.deps.db.clone();
         let write = async move {
-            let mut conn = pool.get().await.map_err(crate::db::DbError::from)?;
-            crate::db::pooler::unit(&mut conn, async |c| {
-                crate::db::wake::announce_busy(c, quiet::QUIET_FOR).await
-            })
-            .await
+            db.unit(async |c| crate::db::wake::announce_busy(c, quiet::QUIET_FOR).await)
+                .await
         }
         .into_actor(self)
         .map(|result, act, ctx| {

@@ -10,13 +10,13 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 
 use super::periodic::Job;
-use crate::db::{idempotency, outbox, pooler, DbError, Pool};
+use crate::db::{idempotency, outbox, Db, DbError};
 
 /// The cleaner's settings and pool.
 #[derive(Clone)]
 pub struct Cleaner {
     /// The shared pool.
-    pub pool: Pool,
+    pub db: Db,
     /// `retention.published_for`.
     pub published_for: Duration,
     /// `retention.interval`.
@@ -30,12 +30,11 @@ pub async fn run_once(cleaner: &Cleaner) -> Result<Option<usize>, DbError> {
     let older_than_ms = i64::try_from(cleaner.published_for.as_millis()).unwrap_or(i64::MAX);
     let mut total = 0;
     loop {
-        let mut conn = cleaner.pool.get().await?;
         let batch = i64::from(cleaner.batch_size);
-        match pooler::unit(&mut conn, async |c| {
-            outbox::delete_published_before(c, older_than_ms, batch).await
-        })
-        .await?
+        match cleaner
+            .db
+            .unit(async |c| outbox::delete_published_before(c, older_than_ms, batch).await)
+            .await?
         {
             None => return Ok(None),
             Some(n) => {
@@ -45,7 +44,6 @@ pub async fn run_once(cleaner: &Cleaner) -> Result<Option<usize>, DbError> {
                 }
             }
         }
-        drop(conn);
         // Between batches, let the claim loop have the database.
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
@@ -54,9 +52,11 @@ pub async fn run_once(cleaner: &Cleaner) -> Result<Option<usize>, DbError> {
     }
     // Expired keys are also ignored at lookup; this only bounds the table. Only the replica
     // that held the retention lock gets here.
-    let mut conn = cleaner.pool.get().await?;
     let batch = i64::from(cleaner.batch_size);
-    pooler::unit(&mut conn, async |c| idempotency::expire(c, batch).await).await?;
+    cleaner
+        .db
+        .unit(async |c| idempotency::expire(c, batch).await)
+        .await?;
     Ok(Some(total))
 }
 

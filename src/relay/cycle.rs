@@ -30,7 +30,7 @@ use super::settle::{self, Row, Settled, TopicResult};
 use super::slots::SlotGate;
 use crate::config::RetrySettings;
 use crate::db::outbox::{self, BatchLimits, Failure};
-use crate::db::{pooler, DbError, Pool};
+use crate::db::{Db, DbConn, DbError};
 use crate::publish::PublishError;
 use crate::relay::sizing::SizeHint;
 
@@ -38,7 +38,7 @@ use crate::relay::sizing::SizeHint;
 #[derive(Clone)]
 pub struct CycleDeps {
     /// The shared pool.
-    pub pool: Pool,
+    pub db: Db,
     /// The topic registry.
     pub dispatchers: Dispatchers,
     /// The retry policy (`retry.*`), applied in the cycle's own transaction.
@@ -127,7 +127,7 @@ pub async fn run_once(deps: &CycleDeps) -> Result<CycleReport, CycleError> {
     super::faults::panic_at("cycle-panic");
     super::faults::stall_at("cycle-stall").await;
     let started = Instant::now();
-    let mut conn = deps.pool.get().await.map_err(DbError::from)?;
+    let mut conn = deps.db.conn().await?;
     let first = attempt(&mut conn, deps, deps.overlap.allowed(), &HashSet::new()).await;
     let mut report = match first {
         Ok(report) => report,
@@ -172,17 +172,15 @@ impl<E: Into<CycleError>> From<E> for Attempt {
 }
 
 async fn attempt(
-    conn: &mut AsyncPgConnection,
+    conn: &mut DbConn<'_>,
     deps: &CycleDeps,
     overlap: bool,
     appended: &HashSet<Uuid>,
 ) -> Result<CycleReport, Attempt> {
-    // The transaction sets the lease as its own timeouts (`pooler::begin_sql`): also through
+    // The transaction sets the lease as its own timeouts (`Session::begin_sql`): also through
     // a transaction pooler, Postgres ends it when this replica hangs inside it.
-    pooler::transaction::<_, Attempt, _>(conn, async |c| {
-        claim_and_publish(c, deps, overlap, appended).await
-    })
-    .await
+    conn.transaction::<_, Attempt, _>(async |c| claim_and_publish(c, deps, overlap, appended).await)
+        .await
 }
 
 /// The stages, in the cycle's transaction.

@@ -1,5 +1,5 @@
 //! One dispatcher actor per topic: it owns the topic's stream and publishes its share of each
-//! batch with one deduplicating script call, on a timer unlinks the topic's retired dedup
+//! batch with deduplicating script calls of about 4 MiB of entries each, on a timer unlinks the topic's retired dedup
 //! sets (a topic whose traffic stopped gets no publish that would), and at its start records
 //! the topic in the registry table and makes its metrics exist. [`Dispatchers`] is the
 //! topic registry that starts them on first use, under a supervisor, and replaces one whose
@@ -24,7 +24,7 @@ use uuid::Uuid;
 use super::messages::{Publish, TopicOutage};
 use super::supervision::{catching, Panicked};
 use crate::config::GroupSpec;
-use crate::db::{pooler, topics, Pool};
+use crate::db::{topics, Db};
 use crate::publish::{keys, Outcome, PublishError, Publisher};
 use outbox_core::backoff;
 
@@ -32,7 +32,7 @@ use outbox_core::backoff;
 pub struct Dispatcher {
     topic: String,
     publisher: Publisher,
-    pool: Pool,
+    db: Db,
     /// The topic's outage, while its publishes fail as a whole.
     down: Option<Down>,
     /// The topic's declared consumer groups.
@@ -100,12 +100,9 @@ impl Actor for Dispatcher {
 
     fn started(&mut self, ctx: &mut Context<Self>) {
         crate::telemetry::topic_known(&self.topic);
-        let (pool, topic) = (self.pool.clone(), self.topic.clone());
+        let (db, topic) = (self.db.clone(), self.topic.clone());
         actix::spawn(async move {
-            let registered = async {
-                let mut conn = pool.get().await?;
-                pooler::unit(&mut conn, async |c| topics::register(c, &topic).await).await
-            };
+            let registered = async { db.unit(async |c| topics::register(c, &topic).await).await };
             if let Err(e) = registered.await {
                 tracing::debug!(%topic, error = %e, "topic not registered; the next start tries again");
             }
@@ -189,7 +186,7 @@ impl Handler<Publish> for Dispatcher {
 #[derive(Clone)]
 pub struct Dispatchers {
     publisher: Publisher,
-    pool: Pool,
+    db: Db,
     groups: Arc<HashMap<String, Arc<[GroupSpec]>>>,
     by_topic: Arc<Mutex<HashMap<String, Addr<Dispatcher>>>>,
 }
@@ -197,7 +194,7 @@ pub struct Dispatchers {
 impl Dispatchers {
     /// An empty registry; dispatchers start when their topic first shows up, and record it in
     /// the topic registry table (through `pool`). `groups` are the declared consumer groups.
-    pub fn new(publisher: Publisher, pool: Pool, groups: &[GroupSpec]) -> Self {
+    pub fn new(publisher: Publisher, db: Db, groups: &[GroupSpec]) -> Self {
         let mut by_topic: HashMap<String, Vec<GroupSpec>> = HashMap::new();
         for group in groups {
             by_topic
@@ -207,7 +204,7 @@ impl Dispatchers {
         }
         Dispatchers {
             publisher,
-            pool,
+            db,
             groups: Arc::new(
                 by_topic
                     .into_iter()
@@ -244,7 +241,7 @@ impl Dispatchers {
         let dispatcher = Dispatcher {
             topic: topic.to_string(),
             publisher: self.publisher.clone(),
-            pool: self.pool.clone(),
+            db: self.db.clone(),
             down: None,
             groups: self
                 .groups

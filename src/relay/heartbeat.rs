@@ -12,13 +12,13 @@ use futures::FutureExt;
 
 use super::periodic::Job;
 use super::throughput::Throughput;
-use crate::db::{pooler, replicas, DbError, Pool};
+use crate::db::{replicas, Db, DbError};
 
 /// This replica's identity and pool.
 #[derive(Clone)]
 pub struct Heartbeat {
     /// The shared pool.
-    pub pool: Pool,
+    pub db: Db,
     /// `instance_id`.
     pub instance_id: String,
     /// When this process started.
@@ -39,11 +39,9 @@ impl Heartbeat {
     /// Removes this replica's row at graceful shutdown.
     pub async fn leave(&self) -> Result<(), DbError> {
         self.leaving.store(true, Ordering::SeqCst);
-        let mut conn = self.pool.get().await?;
-        pooler::unit(&mut conn, async |c| {
-            replicas::forget(c, &self.instance_id).await
-        })
-        .await
+        self.db
+            .unit(async |c| replicas::forget(c, &self.instance_id).await)
+            .await
     }
 }
 
@@ -61,16 +59,16 @@ impl Job for Heartbeat {
             if me.leaving.load(Ordering::SeqCst) {
                 return Ok(());
             }
-            let mut conn = me.pool.get().await?;
             let ring = &me.throughput;
             let last_minute = i64::try_from(ring.published_last_minute()).unwrap_or(i64::MAX);
             let minutes = serde_json::to_value(ring.minutes()).unwrap_or_default();
-            pooler::unit(&mut conn, async |c| {
-                replicas::beat(c, &me.instance_id, crate::VERSION, me.started_at).await?;
-                replicas::report_throughput(c, &me.instance_id, last_minute, &minutes).await?;
-                replicas::prune(c, me.stale_ms()).await
-            })
-            .await
+            me.db
+                .unit(async |c| {
+                    replicas::beat(c, &me.instance_id, crate::VERSION, me.started_at).await?;
+                    replicas::report_throughput(c, &me.instance_id, last_minute, &minutes).await?;
+                    replicas::prune(c, me.stale_ms()).await
+                })
+                .await
         }
         .boxed()
     }

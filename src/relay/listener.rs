@@ -10,8 +10,9 @@ use diesel_async::SimpleAsyncConnection;
 use futures::StreamExt;
 
 use super::messages::Wake;
-use crate::db::pool::{establish, Drivers, SessionLimits};
+use crate::db::pool::{establish, Drivers};
 use crate::db::DbError;
+use crate::db::Session;
 
 /// The channel the outbox trigger notifies.
 pub const CHANNEL: &str = "outbox_events";
@@ -19,25 +20,25 @@ pub const CHANNEL: &str = "outbox_events";
 /// Forwards NOTIFY to the claimer.
 pub struct Listener {
     url: String,
-    limits: SessionLimits,
+    session: Session,
     claimer: Recipient<Wake>,
     failures: u32,
 }
 
 impl Listener {
     /// A listener for `url` that wakes `claimer`.
-    pub fn new(url: String, limits: SessionLimits, claimer: Recipient<Wake>) -> Self {
+    pub fn new(url: String, session: Session, claimer: Recipient<Wake>) -> Self {
         Listener {
             url,
-            limits,
+            session,
             claimer,
             failures: 0,
         }
     }
 }
 
-async fn listen(url: String, limits: SessionLimits, claimer: Recipient<Wake>) -> DbError {
-    let mut conn = match establish(&url, limits, Drivers::Caller).await {
+async fn listen(url: String, session: Session, claimer: Recipient<Wake>) -> DbError {
+    let mut conn = match establish(&url, session, Drivers::Caller).await {
         Ok(conn) => conn,
         Err(e) => return DbError::Connect(e),
     };
@@ -61,7 +62,7 @@ impl Actor for Listener {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
-        let run = listen(self.url.clone(), self.limits, self.claimer.clone());
+        let run = listen(self.url.clone(), self.session, self.claimer.clone());
         let run = super::supervision::catching("listener", run);
         ctx.spawn(run.into_actor(self).map(|result, act, ctx| {
             let Ok(error) = result else {

@@ -41,8 +41,7 @@ use actix::{Addr, Supervisor};
 use chrono::Utc;
 
 use crate::config::Settings;
-use crate::db::pool::SessionLimits;
-use crate::db::Pool;
+use crate::db::Db;
 use crate::publish::Publisher;
 use claimer::{Claimer, ClaimerConfig};
 use cleaner::Cleaner;
@@ -71,15 +70,15 @@ pub struct RelayHandle {
 pub fn start(
     settings: &Settings,
     database_url: &str,
-    pool: Pool,
+    db: Db,
     publisher: Publisher,
     health: Arc<Health>,
 ) -> RelayHandle {
     let mut watched = Watched::default();
     let throughput = Arc::new(Throughput::new());
     let deps = CycleDeps {
-        pool: pool.clone(),
-        dispatchers: Dispatchers::new(publisher.clone(), pool.clone(), &settings.groups),
+        db: db.clone(),
+        dispatchers: Dispatchers::new(publisher.clone(), db.clone(), &settings.groups),
         retry: settings.retry.clone(),
         limits: crate::db::outbox::BatchLimits {
             rows: i64::from(settings.relay.batch_size),
@@ -115,17 +114,15 @@ pub fn start(
     if let Some(retry) = retry_addr.lock().ok().and_then(|mut slot| slot.take()) {
         watched.add("retry scheduler", &retry);
     }
-    if !settings.relay.poll_only {
-        let limits = SessionLimits {
-            lease: settings.relay.lease,
-        };
+    if !settings.poll_only() {
+        let session = settings.session();
         let url = database_url.to_string();
         let wake = claimer.clone().recipient();
-        let listener = Supervisor::start(move |_| Listener::new(url, limits, wake));
+        let listener = Supervisor::start(move |_| Listener::new(url, session, wake));
         watched.add("listener", &listener);
     }
     let cleaner = Cleaner {
-        pool: pool.clone(),
+        db: db.clone(),
         published_for: settings.retention.published_for,
         interval: settings.retention.interval,
         batch_size: settings.retention.batch_size,
@@ -135,7 +132,7 @@ pub fn start(
         &Supervisor::start(move |_| Periodic::new(cleaner)),
     );
     let heartbeat = Heartbeat {
-        pool: pool.clone(),
+        db: db.clone(),
         instance_id: settings.instance_id(),
         started_at: Utc::now(),
         interval: settings.relay.heartbeat_interval,
@@ -161,7 +158,7 @@ pub fn start(
         );
     }
     let sampler = BacklogSampler {
-        pool,
+        db,
         interval: Duration::from_secs(5),
         health,
     };

@@ -11,13 +11,13 @@ use futures::FutureExt;
 
 use super::health::Health;
 use super::periodic::Job;
-use crate::db::{outbox, pooler, topics, DbError, Pool};
+use crate::db::{outbox, topics, Db, DbError};
 
 /// The sampler's pool and interval.
 #[derive(Clone)]
 pub struct BacklogSampler {
     /// The shared pool.
-    pub pool: Pool,
+    pub db: Db,
     /// Time between samples.
     pub interval: Duration,
     /// Where `/healthz` reads the pending count.
@@ -33,16 +33,16 @@ impl Job for BacklogSampler {
     }
 
     fn run_once(&self) -> BoxFuture<'static, Result<(), DbError>> {
-        let pool = self.pool.clone();
+        let db = self.db.clone();
         let health = self.health.clone();
         async move {
-            let mut conn = pool.get().await?;
-            let backlog = pooler::unit(&mut conn, async |c| {
-                let backlog = outbox::backlog(c).await?;
-                register_topics(c).await?;
-                Ok::<_, DbError>(backlog)
-            })
-            .await?;
+            let backlog = db
+                .unit(async |c| {
+                    let backlog = outbox::backlog(c).await?;
+                    register_topics(c).await?;
+                    Ok::<_, DbError>(backlog)
+                })
+                .await?;
             crate::telemetry::backlog(
                 backlog.pending,
                 backlog.dead,

@@ -43,10 +43,11 @@ async fn every_event_arrives_once_with_intact_fields_and_the_servers_stay_clean(
 
 #[tokio::test(flavor = "multi_thread")]
 async fn two_relays_through_the_pooler_keep_per_key_order() {
+    // Configured as before `database.pooler` existed: still a pooler's session rules.
     let bouncer = PgBouncer::start();
     let db =
         crate::ordering::relays_keep_per_key_order_and_write_each_event_once(2, |db, redis| {
-            bouncer.relay_env(db, redis)
+            bouncer.relay_env_by_two_settings(db, redis)
         })
         .await;
     bouncer.assert_servers_clean(&db).await;

@@ -15,7 +15,7 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use crate::db::dead::{self, DeadAction, DeadFilter, Steered};
-use crate::db::{pooler, topics, DbError, Pool};
+use crate::db::{topics, Db, DbError};
 use crate::producer::{NewEvent, ProducerError};
 use crate::relay::messages::Wake;
 pub use enqueue::Enqueued;
@@ -103,14 +103,14 @@ pub fn check_dead_filter(filter: &DeadFilter) -> Result<(), ActionError> {
 /// Borrowed from the admin's state ([`AdminState::actions`](super::AdminState::actions)).
 #[derive(Clone, Copy)]
 pub struct Actions<'a> {
-    pool: &'a Pool,
+    db: &'a Db,
     wake: Option<&'a Recipient<Wake>>,
 }
 
 impl<'a> Actions<'a> {
-    /// The actions on `pool`, waking `wake` (if any) after a write that makes events due.
-    pub fn new(pool: &'a Pool, wake: Option<&'a Recipient<Wake>>) -> Actions<'a> {
-        Actions { pool, wake }
+    /// The actions on `db`, waking `wake` (if any) after a write that makes events due.
+    pub fn new(db: &'a Db, wake: Option<&'a Recipient<Wake>>) -> Actions<'a> {
+        Actions { db, wake }
     }
 
     /// Wakes this replica's claimer so that events made publishable go out now rather than
@@ -130,8 +130,9 @@ impl<'a> Actions<'a> {
         paused: bool,
     ) -> Result<(), ActionError> {
         check_topic(topic)?;
-        let mut conn = self.pool.get().await?;
-        topics::set_paused(&mut conn, topic, paused, who).await?;
+        self.db
+            .unit(async |c| topics::set_paused(c, topic, paused, who).await)
+            .await?;
         if !paused {
             self.wake_claimer();
         }
@@ -151,8 +152,9 @@ impl<'a> Actions<'a> {
         if maxlen.is_some_and(|m| m <= 0) {
             return Err(ActionError::BadMaxlen);
         }
-        let mut conn = self.pool.get().await?;
-        topics::set_settings(&mut conn, topic, paused, maxlen, who).await?;
+        self.db
+            .unit(async |c| topics::set_settings(c, topic, paused, maxlen, who).await)
+            .await?;
         if !paused {
             self.wake_claimer();
         }
@@ -166,11 +168,10 @@ impl<'a> Actions<'a> {
         action: DeadAction,
         id: Uuid,
     ) -> Result<(), ActionError> {
-        let mut conn = self.pool.get().await?;
-        let steered = pooler::unit(&mut conn, async |c| {
-            dead::act_on_one(c, action, id, who).await
-        })
-        .await?;
+        let steered = self
+            .db
+            .unit(async |c| dead::act_on_one(c, action, id, who).await)
+            .await?;
         match steered {
             Steered::NotFound => Err(ActionError::NoEvent(id)),
             Steered::NotDead => Err(ActionError::NotDead(id)),
@@ -193,15 +194,16 @@ impl<'a> Actions<'a> {
         dry_run: bool,
     ) -> Result<i64, ActionError> {
         check_dead_filter(filter)?;
-        let mut conn = self.pool.get().await?;
-        let count = pooler::unit(&mut conn, async |c| {
-            if dry_run {
-                dead::count(c, filter).await
-            } else {
-                dead::act_on_matching(c, action, filter, who).await
-            }
-        })
-        .await?;
+        let count = self
+            .db
+            .unit(async |c| {
+                if dry_run {
+                    dead::count(c, filter).await
+                } else {
+                    dead::act_on_matching(c, action, filter, who).await
+                }
+            })
+            .await?;
         if !dry_run && action == DeadAction::Retry && count > 0 {
             self.wake_claimer();
         }
@@ -221,7 +223,8 @@ impl<'a> Actions<'a> {
         if !headers.is_object() {
             return Err(ActionError::HeadersNotObject);
         }
-        let mut conn = self.pool.get().await?;
-        enqueue::enqueue_once(&mut conn, &event, key, who).await
+        self.db
+            .unit(async |c| enqueue::enqueue_once(c, &event, key, who).await)
+            .await
     }
 }

@@ -8,7 +8,7 @@ use utoipa::ToSchema;
 use super::error::ApiResult;
 use super::{next_cursor, Page};
 use crate::admin::AdminState;
-use crate::db::{audit, pooler};
+use crate::db::audit;
 
 /// One audit entry.
 #[derive(Debug, Serialize, ToSchema)]
@@ -44,9 +44,10 @@ pub struct AuditPage {
 pub async fn list(state: web::Data<AdminState>, page: web::Query<Page>) -> ApiResult<HttpResponse> {
     let limit = page.limit()?;
     let cursor = page.cursor()?;
-    let mut conn = state.pool.get().await?;
-    let mut rows =
-        pooler::unit(&mut conn, async |c| audit::list(c, cursor, limit + 1).await).await?;
+    let mut rows = state
+        .db
+        .unit(async |c| audit::list(c, cursor, limit + 1).await)
+        .await?;
     let next = next_cursor(&mut rows, limit, |r| r.id);
     let entries = rows
         .into_iter()

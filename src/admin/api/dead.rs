@@ -11,7 +11,6 @@ use crate::admin::actions::check_dead_filter;
 use crate::admin::caller::Caller;
 use crate::admin::AdminState;
 use crate::db::dead::{self, DeadAction, DeadFilter};
-use crate::db::pooler;
 
 /// Which dead letters; every field narrows, an empty filter takes all of them.
 #[derive(Debug, Clone, Default, Deserialize, ToSchema, IntoParams)]
@@ -97,8 +96,9 @@ pub async fn groups(
     q: web::Query<Filter>,
 ) -> ApiResult<HttpResponse> {
     let filter = q.into_inner().into_db()?;
-    let mut conn = state.pool.get().await?;
-    let groups: Vec<ErrorGroup> = pooler::unit(&mut conn, async |c| dead::groups(c, &filter).await)
+    let groups: Vec<ErrorGroup> = state
+        .db
+        .unit(async |c| dead::groups(c, &filter).await)
         .await?
         .into_iter()
         .map(|g| ErrorGroup {

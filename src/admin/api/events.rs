@@ -15,7 +15,7 @@ use crate::admin::caller::Caller;
 use crate::admin::AdminState;
 use crate::db::dead::DeadAction;
 use crate::db::events::{self, EventFilter, EventRow, Status};
-use crate::db::{pooler, DbError};
+use crate::db::DbError;
 use crate::producer::NewEvent;
 
 /// One event.
@@ -149,19 +149,19 @@ pub async fn list(
         topic: q.topic,
         partition_key: q.key,
     };
-    let mut conn = state.pool.get().await?;
-    let mut rows = pooler::unit(&mut conn, async |c| {
-        events::list(c, &filter, cursor, limit + 1).await
-    })
-    .await?;
+    let mut rows = state
+        .db
+        .unit(async |c| events::list(c, &filter, cursor, limit + 1).await)
+        .await?;
     let next = next_cursor(&mut rows, limit, |r| r.seq);
     let events = rows.into_iter().map(EventView::from).collect();
     Ok(HttpResponse::Ok().json(EventPage { events, next }))
 }
 
 async fn load(state: &AdminState, id: Uuid) -> ApiResult<EventRow> {
-    let mut conn = state.pool.get().await?;
-    pooler::unit(&mut conn, async |c| events::get(c, id).await)
+    state
+        .db
+        .unit(async |c| events::get(c, id).await)
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("no event {id}")))
 }
@@ -213,13 +213,14 @@ pub async fn timeline(
     let row = load(&state, id.into_inner()).await?;
     let (mut earlier, mut later) = (Vec::new(), Vec::new());
     if let Some(key) = &row.partition_key {
-        let mut conn = state.pool.get().await?;
-        (earlier, later) = pooler::unit(&mut conn, async |c| {
-            let earlier = events::neighbours(c, &row.topic, key, row.seq, true, limit).await?;
-            let later = events::neighbours(c, &row.topic, key, row.seq, false, limit).await?;
-            Ok::<_, DbError>((earlier, later))
-        })
-        .await?;
+        (earlier, later) = state
+            .db
+            .unit(async |c| {
+                let earlier = events::neighbours(c, &row.topic, key, row.seq, true, limit).await?;
+                let later = events::neighbours(c, &row.topic, key, row.seq, false, limit).await?;
+                Ok::<_, DbError>((earlier, later))
+            })
+            .await?;
     }
     let views = |rows: Vec<EventRow>| rows.into_iter().map(EventView::from).collect();
     Ok(HttpResponse::Ok().json(Timeline {

@@ -7,7 +7,7 @@ use utoipa::ToSchema;
 
 use super::error::ApiResult;
 use crate::admin::AdminState;
-use crate::db::{pooler, replicas};
+use crate::db::replicas;
 
 /// Heartbeats missed before a replica no longer counts as alive: one late beat is jitter,
 /// three are a replica that is gone or stuck.
@@ -35,9 +35,11 @@ pub struct ReplicaView {
 #[utoipa::path(get, path = "/api/v1/replicas", tag = "replicas",
     responses((status = 200, body = [ReplicaView]), (status = 401), (status = 503)))]
 pub async fn list(state: web::Data<AdminState>) -> ApiResult<HttpResponse> {
-    let mut conn = state.pool.get().await?;
     let alive = alive_ms(&state);
-    let rows = pooler::unit(&mut conn, async |c| replicas::alive(c, alive).await).await?;
+    let rows = state
+        .db
+        .unit(async |c| replicas::alive(c, alive).await)
+        .await?;
     let view: Vec<ReplicaView> = rows
         .into_iter()
         .map(|r| ReplicaView {

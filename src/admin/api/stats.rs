@@ -7,7 +7,7 @@ use utoipa::ToSchema;
 
 use super::error::ApiResult;
 use crate::admin::AdminState;
-use crate::db::{events, pooler, DbError};
+use crate::db::{events, DbError};
 
 /// The answer of `GET /api/v1/stats`.
 #[derive(Debug, Serialize, ToSchema)]
@@ -65,12 +65,13 @@ impl From<events::TopicCounts> for TopicStats {
 #[utoipa::path(get, path = "/api/v1/stats", tag = "stats",
     responses((status = 200, body = StatsView), (status = 401), (status = 503)))]
 pub async fn get(state: web::Data<AdminState>) -> ApiResult<HttpResponse> {
-    let mut conn = state.pool.get().await?;
-    let (rows, flight) = pooler::unit(&mut conn, async |c| {
-        let rows = counts::topic_counts(&state.published, c, None).await?;
-        Ok::<_, DbError>((rows, events::flight(c).await?))
-    })
-    .await?;
+    let (rows, flight) = state
+        .db
+        .unit(async |c| {
+            let rows = counts::topic_counts(&state.published, c, None).await?;
+            Ok::<_, DbError>((rows, events::flight(c).await?))
+        })
+        .await?;
     let topics: Vec<TopicStats> = rows.into_iter().map(TopicStats::from).collect();
     let sum = |f: fn(&TopicStats) -> i64| topics.iter().map(f).sum::<i64>();
     Ok(HttpResponse::Ok().json(StatsView {

@@ -10,29 +10,26 @@ use super::stats::TopicStats;
 use super::valid_topic;
 use crate::admin::caller::Caller;
 use crate::admin::AdminState;
-use crate::db::pooler;
 
 /// Every topic with events or settings, with its counts.
 #[utoipa::path(get, path = "/api/v1/topics", tag = "topics",
     responses((status = 200, body = [TopicStats]), (status = 401), (status = 503)))]
 pub async fn list(state: web::Data<AdminState>) -> ApiResult<HttpResponse> {
-    let mut conn = state.pool.get().await?;
-    let rows = pooler::unit(&mut conn, async |c| {
-        counts::topic_counts(&state.published, c, None).await
-    })
-    .await?;
+    let rows = state
+        .db
+        .unit(async |c| counts::topic_counts(&state.published, c, None).await)
+        .await?;
     let view: Vec<TopicStats> = rows.into_iter().map(TopicStats::from).collect();
     Ok(HttpResponse::Ok().json(view))
 }
 
 async fn one(state: &AdminState, topic: &str) -> ApiResult<TopicStats> {
-    let mut conn = state.pool.get().await?;
-    let row = pooler::unit(&mut conn, async |c| {
-        counts::topic_counts(&state.published, c, Some(topic)).await
-    })
-    .await?
-    .into_iter()
-    .next();
+    let row = state
+        .db
+        .unit(async |c| counts::topic_counts(&state.published, c, Some(topic)).await)
+        .await?
+        .into_iter()
+        .next();
     // A topic nobody wrote to yet is a valid, active topic with nothing in it.
     Ok(row.map(TopicStats::from).unwrap_or(TopicStats {
         topic: topic.to_string(),

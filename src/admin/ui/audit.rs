@@ -9,7 +9,7 @@ use super::layout::{self, Nav};
 use super::session::Session;
 use super::UiError;
 use crate::admin::AdminState;
-use crate::db::{audit, pooler};
+use crate::db::audit;
 
 /// Rows per page.
 const PAGE: i64 = 50;
@@ -29,8 +29,10 @@ pub async fn page(
     q: web::Query<AuditQuery>,
 ) -> Result<HttpResponse, UiError> {
     let rows = {
-        let mut conn = super::conn(&state).await?;
-        pooler::unit(&mut conn, async |c| audit::list(c, q.before, PAGE).await).await?
+        state
+            .db
+            .unit(async |c| audit::list(c, q.before, PAGE).await)
+            .await?
     };
     let older = (rows.len() as i64 == PAGE)
         .then(|| rows.last().map(|r| r.id))

@@ -17,7 +17,7 @@ use super::{events as event_pages, see_other, UiError};
 use crate::admin::actions::{check_dead_filter, ActionError};
 use crate::admin::AdminState;
 use crate::db::dead::{self, DeadAction, DeadFilter};
-use crate::db::{events, pooler, DbError};
+use crate::db::{events, DbError};
 
 /// Dead events listed under the groups.
 const LATEST: i64 = 50;
@@ -192,12 +192,13 @@ pub async fn page(
     let t = &q.target;
     let filter = t.filter()?;
     let (groups, latest) = {
-        let mut conn = super::conn(&state).await?;
-        pooler::unit(&mut conn, async |c| {
-            let groups = dead::groups(c, &filter).await?;
-            Ok::<_, DbError>((groups, dead::latest(c, &filter, LATEST).await?))
-        })
-        .await?
+        state
+            .db
+            .unit(async |c| {
+                let groups = dead::groups(c, &filter).await?;
+                Ok::<_, DbError>((groups, dead::latest(c, &filter, LATEST).await?))
+            })
+            .await?
     };
     let total: i64 = groups.iter().map(|g| g.count).sum();
     let can = session.role.can_act();
@@ -268,8 +269,7 @@ pub async fn confirm(
 ) -> Result<HttpResponse, UiError> {
     let action = action_of(&q.action)?;
     let t = &q.target;
-    let mut conn = super::conn(&state).await?;
-    let (count, what) = pooler::unit(&mut conn, async |c| {
+    let (count, what) = state.db.unit(async |c| {
         Ok::<_, UiError>(match t.one()? {
             Some(id) => {
                 let e = events::get(c, id)
@@ -285,7 +285,6 @@ pub async fn confirm(
         })
     })
     .await?;
-    drop(conn);
     let verb = if action == DeadAction::Retry {
         "Retry"
     } else {

@@ -14,7 +14,6 @@ use super::session::Session;
 use super::{see_other, UiError};
 use crate::admin::AdminState;
 use crate::db::events::{self, EventFilter, EventRow, Status};
-use crate::db::pooler;
 
 /// Rows per page.
 const PAGE: i64 = 50;
@@ -115,11 +114,10 @@ pub async fn list(
         partition_key: Some(q.key.trim().to_string()).filter(|k| !k.is_empty()),
     };
     let rows = {
-        let mut conn = super::conn(&state).await?;
-        pooler::unit(&mut conn, async |c| {
-            events::list(c, &filter, q.before, PAGE).await
-        })
-        .await?
+        state
+            .db
+            .unit(async |c| events::list(c, &filter, q.before, PAGE).await)
+            .await?
     };
     let older = (rows.len() as i64 == PAGE)
         .then(|| rows.last().map(|r| r.seq))
@@ -180,20 +178,20 @@ pub async fn detail(
     let id = Uuid::parse_str(&id).map_err(|_| {
         UiError::BadRequest(format!("{:?} is not an event id (a uuid)", id.as_str()))
     })?;
-    let mut conn = super::conn(&state).await?;
-    let (e, mut earlier, later) = pooler::unit(&mut conn, async |c| {
-        let e = events::get(c, id).await?.ok_or_else(|| {
-            UiError::NotFound(format!("no event {id} (retention may have deleted it)"))
-        })?;
-        let (mut earlier, mut later) = (Vec::new(), Vec::new());
-        if let Some(key) = &e.partition_key {
-            earlier = events::neighbours(c, &e.topic, key, e.seq, true, TIMELINE).await?;
-            later = events::neighbours(c, &e.topic, key, e.seq, false, TIMELINE).await?;
-        }
-        Ok::<_, UiError>((e, earlier, later))
-    })
-    .await?;
-    drop(conn);
+    let (e, mut earlier, later) = state
+        .db
+        .unit(async |c| {
+            let e = events::get(c, id).await?.ok_or_else(|| {
+                UiError::NotFound(format!("no event {id} (retention may have deleted it)"))
+            })?;
+            let (mut earlier, mut later) = (Vec::new(), Vec::new());
+            if let Some(key) = &e.partition_key {
+                earlier = events::neighbours(c, &e.topic, key, e.seq, true, TIMELINE).await?;
+                later = events::neighbours(c, &e.topic, key, e.seq, false, TIMELINE).await?;
+            }
+            Ok::<_, UiError>((e, earlier, later))
+        })
+        .await?;
     // The timeline reads top to bottom in stream order: earlier, this one, later.
     earlier.reverse();
     let timeline: Vec<EventRow> = earlier

@@ -20,7 +20,6 @@ use actix_web::http::{header, StatusCode};
 use actix_web::{web, HttpRequest, HttpResponse, ResponseError};
 
 use crate::admin::actions::ActionError;
-use crate::admin::AdminState;
 use crate::db::DbError;
 
 /// Every route of the UI.
@@ -135,11 +134,6 @@ impl ResponseError for UiError {
         res.content_type("text/html; charset=utf-8")
             .body(layout::error_page(self.status_code(), &self.to_string()).into_string())
     }
-}
-
-/// A pooled connection, or the outage as a [`UiError`].
-pub async fn conn(state: &AdminState) -> Result<crate::db::PooledConn<'_>, UiError> {
-    Ok(state.pool.get().await.map_err(DbError::from)?)
 }
 
 /// A redirect after a POST (303, so the browser follows with GET).

@@ -14,7 +14,7 @@ use super::session::Session;
 use super::{see_other, UiError};
 use crate::admin::api::replicas::alive_ms;
 use crate::admin::AdminState;
-use crate::db::{events, pooler, replicas, DbError};
+use crate::db::{events, replicas, DbError};
 use crate::relay::throughput::{Minutes, MINUTES};
 
 /// An inline SVG bar chart of per-minute counts, oldest left.
@@ -54,9 +54,11 @@ fn card(id: &str, label: &str, value: String, class: &str) -> Markup {
 
 /// The cluster's last hour: the sum of every live replica's report.
 async fn cluster_minutes(state: &AdminState) -> Result<Minutes, UiError> {
-    let mut conn = super::conn(state).await?;
     let alive = alive_ms(state);
-    let rows = pooler::unit(&mut conn, async |c| replicas::alive(c, alive).await).await?;
+    let rows = state
+        .db
+        .unit(async |c| replicas::alive(c, alive).await)
+        .await?;
     let now_minute = chrono::Utc::now().timestamp().max(0) as u64 / 60;
     let mut sum = Minutes {
         minute: now_minute,
@@ -78,12 +80,13 @@ pub async fn page(
     state: web::Data<AdminState>,
 ) -> Result<HttpResponse, UiError> {
     let (topics, flight) = {
-        let mut conn = super::conn(&state).await?;
-        pooler::unit(&mut conn, async |c| {
-            let topics = counts::topic_counts(&state.published, c, None).await?;
-            Ok::<_, DbError>((topics, events::flight(c).await?))
-        })
-        .await?
+        state
+            .db
+            .unit(async |c| {
+                let topics = counts::topic_counts(&state.published, c, None).await?;
+                Ok::<_, DbError>((topics, events::flight(c).await?))
+            })
+            .await?
     };
     let minutes = cluster_minutes(&state).await?;
     let sum = |f: fn(&events::TopicCounts) -> i64| topics.iter().map(f).sum::<i64>();

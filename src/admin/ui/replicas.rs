@@ -9,7 +9,7 @@ use super::session::Session;
 use super::UiError;
 use crate::admin::api::replicas::alive_ms;
 use crate::admin::AdminState;
-use crate::db::{pooler, replicas};
+use crate::db::replicas;
 
 /// `GET /replicas`.
 pub async fn page(
@@ -17,9 +17,11 @@ pub async fn page(
     session: Session,
     state: web::Data<AdminState>,
 ) -> Result<HttpResponse, UiError> {
-    let mut conn = super::conn(&state).await?;
     let alive = alive_ms(&state);
-    let rows = pooler::unit(&mut conn, async |c| replicas::alive(c, alive).await).await?;
+    let rows = state
+        .db
+        .unit(async |c| replicas::alive(c, alive).await)
+        .await?;
     let total: i64 = rows.iter().map(|r| r.published_last_minute).sum();
     let content = html! {
         p.muted {

@@ -9,7 +9,6 @@ use super::layout::{self, Nav};
 use super::session::Session;
 use super::UiError;
 use crate::admin::AdminState;
-use crate::db::pooler;
 use crate::publish::inspect::StreamInfo;
 
 /// An entry id with the age its milliseconds part tells.
@@ -105,14 +104,13 @@ pub async fn page(
     state: web::Data<AdminState>,
 ) -> Result<HttpResponse, UiError> {
     let topics: Vec<String> = {
-        let mut conn = super::conn(&state).await?;
-        pooler::unit(&mut conn, async |c| {
-            counts::topic_counts(&state.published, c, None).await
-        })
-        .await?
-        .into_iter()
-        .map(|t| t.topic)
-        .collect()
+        state
+            .db
+            .unit(async |c| counts::topic_counts(&state.published, c, None).await)
+            .await?
+            .into_iter()
+            .map(|t| t.topic)
+            .collect()
     };
     let streams = state
         .publisher

@@ -99,16 +99,34 @@ impl PgBouncer {
     /// [`base_env`] with `DATABASE_URL` through this pooler, and the documented settings for a
     /// pooler in transaction mode: `relay.poll_only`, no prepared statements.
     pub fn relay_env(&self, db: &TestDb, redis: &TestRedis) -> Vec<(String, String)> {
-        let mut env: Vec<(String, String)> = base_env(db, redis)
-            .into_iter()
-            .filter(|(k, _)| k != "DATABASE_URL")
-            .collect();
-        env.push(("DATABASE_URL".into(), self.url(db)));
+        let mut env = self.pooler_url_env(db, redis);
+        env.push(("OUTBOX__DATABASE__POOLER".into(), "transaction".into()));
+        env
+    }
+
+    /// The same through the two settings that meant a transaction pooler before
+    /// `database.pooler` named it: `relay.poll_only` and `database.prepared_statements =
+    /// false`.
+    pub fn relay_env_by_two_settings(
+        &self,
+        db: &TestDb,
+        redis: &TestRedis,
+    ) -> Vec<(String, String)> {
+        let mut env = self.pooler_url_env(db, redis);
         env.push(("OUTBOX__RELAY__POLL_ONLY".into(), "true".into()));
         env.push((
             "OUTBOX__DATABASE__PREPARED_STATEMENTS".into(),
             "false".into(),
         ));
+        env
+    }
+
+    fn pooler_url_env(&self, db: &TestDb, redis: &TestRedis) -> Vec<(String, String)> {
+        let mut env: Vec<(String, String)> = base_env(db, redis)
+            .into_iter()
+            .filter(|(k, _)| k != "DATABASE_URL")
+            .collect();
+        env.push(("DATABASE_URL".into(), self.url(db)));
         env
     }
 
