@@ -5,13 +5,11 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 
-use crate::admin::readiness::ReadinessCheck;
 use crate::admin::{self, AdminState};
 use crate::config::{ConfigError, Settings};
 use crate::db::{self, pool::Drivers};
 use crate::publish::connect;
 use crate::publish::{Publisher, PublisherConfig};
-use crate::relay::periodic::Periodic;
 use crate::relay::{self, health::Health};
 
 /// How long shutdown waits for the batch in hand.
@@ -51,57 +49,21 @@ pub async fn run_until(
 ) -> anyhow::Result<()> {
     let url = settings.database_url()?.to_string();
     let addr = settings.admin_addr()?;
-    // Behind a pooler in transaction mode nothing is kept in a session between transactions
-    // (`db::pooler`): the session travels with the pools' connections.
-    let session = settings.session();
-    if !settings.database.prepared_statements && !settings.poll_only() {
-        tracing::warn!(
-            "database.prepared_statements = false without relay.poll_only: behind a pooler in \
-             transaction mode LISTEN cannot work, set OUTBOX__RELAY__POLL_ONLY=true"
-        );
-    }
-    // Validation keeps pool_size >= relay.workers + 2, so the relay keeps a connection per
-    // claim worker.
-    let relay_db = db::pool::build(
-        &url,
-        settings
-            .database
-            .pool_size
-            .saturating_sub(db::pool::ADMIN_CONNECTIONS)
-            .max(1),
-        session,
-        Drivers::Caller,
-    );
-    let admin_db = db::pool::build(
-        &url,
-        db::pool::ADMIN_CONNECTIONS,
-        session,
-        Drivers::Dedicated,
-    );
-    let redis_tls = connect::tls_files(&settings.redis).map_err(|e| anyhow::anyhow!(e.0))?;
-    let conn = connect::connect(&settings.redis, redis_tls.as_ref()).context("redis.url")?;
-    let publisher = Publisher::new(
-        conn,
-        PublisherConfig {
-            stream_prefix: settings.redis.stream_prefix.clone(),
-            dedup_window: settings.redis.dedup_window,
-            max_payload_bytes: settings.redis.max_payload_bytes,
-            maxlen: settings.redis.maxlen,
-            timeout: settings.redis.timeout,
-        },
-    );
+    let (relay_db, admin_db) = open_databases(&settings, &url);
+    let publisher = open_publisher(&settings)?;
     let health = Arc::new(Health::default());
-    let readiness = ReadinessCheck {
-        db: admin_db.clone(),
-        publisher: publisher.clone(),
-        health: health.clone(),
-    };
-    actix::Supervisor::start(move |_| Periodic::new(readiness));
     let metrics = crate::telemetry::install_metrics();
     if let Some(handle) = &metrics {
         crate::telemetry::spawn_upkeep(handle.clone());
     }
-    let relay = relay::start(&settings, &url, relay_db, publisher.clone(), health.clone());
+    let relay = relay::start(relay::Wiring {
+        settings: &settings,
+        database_url: &url,
+        db: relay_db,
+        admin_db: admin_db.clone(),
+        publisher: publisher.clone(),
+        health: health.clone(),
+    });
     let state = AdminState {
         db: admin_db,
         publisher,
@@ -117,16 +79,7 @@ pub async fn run_until(
         heartbeat_interval: settings.relay.heartbeat_interval,
         published: Default::default(),
     };
-    // Known topics' counters are in the first scrape; if Postgres is not there yet, the
-    // backlog sampler registers them once it is.
-    let registered = tokio::time::timeout(
-        Duration::from_secs(2),
-        state.db.unit(relay::stats::register_topics),
-    )
-    .await;
-    if !matches!(registered, Ok(Ok(()))) {
-        tracing::debug!("topics not registered before the first scrape: Postgres not ready");
-    }
+    register_known_topics(&state).await;
     let server =
         admin::serve(state, addr).with_context(|| format!("cannot listen on admin.addr {addr}"))?;
     let server_handle = server.handle();
@@ -157,11 +110,67 @@ pub async fn run_until(
     }
 }
 
+/// The relay's pool and the admin server's, in the session mode the settings name (behind a
+/// pooler in transaction mode nothing is kept in a session between transactions).
+fn open_databases(settings: &Settings, url: &str) -> (db::Db, db::Db) {
+    let session = settings.session();
+    if !settings.database.prepared_statements && !settings.poll_only() {
+        tracing::warn!(
+            "database.prepared_statements = false without relay.poll_only: behind a pooler in \
+             transaction mode LISTEN cannot work, set OUTBOX__DATABASE__POOLER=transaction"
+        );
+    }
+    // Validation keeps pool_size >= relay.workers + 2, so the relay keeps a connection per
+    // claim worker.
+    let relay_size = settings
+        .database
+        .pool_size
+        .saturating_sub(db::pool::ADMIN_CONNECTIONS)
+        .max(1);
+    let relay_db = db::pool::build(url, relay_size, session, Drivers::Caller);
+    let admin_db = db::pool::build(
+        url,
+        db::pool::ADMIN_CONNECTIONS,
+        session,
+        Drivers::Dedicated,
+    );
+    (relay_db, admin_db)
+}
+
+/// The Redis publisher of the settings (lazy: nothing connects yet).
+fn open_publisher(settings: &Settings) -> anyhow::Result<Publisher> {
+    let redis_tls = connect::tls_files(&settings.redis).map_err(|e| anyhow::anyhow!(e.0))?;
+    let conn = connect::connect(&settings.redis, redis_tls.as_ref()).context("redis.url")?;
+    Ok(Publisher::new(
+        conn,
+        PublisherConfig {
+            stream_prefix: settings.redis.stream_prefix.clone(),
+            dedup_window: settings.redis.dedup_window,
+            max_payload_bytes: settings.redis.max_payload_bytes,
+            maxlen: settings.redis.maxlen,
+            timeout: settings.redis.timeout,
+        },
+    ))
+}
+
+/// Known topics' counters are in the first scrape; if Postgres is not there yet, the backlog
+/// sampler registers them once it is.
+async fn register_known_topics(state: &AdminState) {
+    let registered = tokio::time::timeout(
+        Duration::from_secs(2),
+        state.db.unit(relay::stats::register_topics),
+    )
+    .await;
+    if !matches!(registered, Ok(Ok(()))) {
+        tracing::debug!("topics not registered before the first scrape: Postgres not ready");
+    }
+}
+
 /// An actor died where its supervisor could not restart it: the process ends with
 /// [`ActorLost::EXIT_CODE`] so that its orchestrator restarts it.
 #[derive(Debug, thiserror::Error)]
 #[error("the {0} actor died; exiting so that the replica is restarted")]
-pub struct ActorLost(pub &'static str);
+pub struct ActorLost(pub crate::relay::actors::ActorName);
 
 impl ActorLost {
     /// `EX_SOFTWARE`: an internal error.

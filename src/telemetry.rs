@@ -3,6 +3,7 @@
 //! (rendered by `/metrics`; no extra HTTP listener). The functions take plain values, so this
 //! module depends on no other part of the crate.
 
+use crate::relay::actors::ActorName;
 use std::collections::HashMap;
 use std::fmt::Display;
 use std::time::Duration;
@@ -15,26 +16,15 @@ const LATENCY_BUCKETS: &[f64] = &[
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
 ];
 
-/// The actors whose panics are counted (`outbox_actor_panics_total{actor}`).
-const ACTORS: &[&str] = &[
-    "claimer",
-    "dispatcher",
-    "listener",
-    "retention",
-    "heartbeat",
-    "backlog",
-    "readiness",
-    "groups",
-];
-
-/// The jobs whose failures are counted (`outbox_job_failures_total{job}`).
-const JOBS: &[&str] = &[
-    "listener",
-    "retention",
-    "heartbeat",
-    "backlog",
-    "readiness",
-    "groups",
+/// The jobs whose failures are counted (`outbox_job_failures_total{job}`): the periodic
+/// actors and the listener.
+const JOBS: [ActorName; 6] = [
+    ActorName::Listener,
+    ActorName::Retention,
+    ActorName::Heartbeat,
+    ActorName::Backlog,
+    ActorName::Readiness,
+    ActorName::Groups,
 ];
 
 /// How often recorded histogram samples are folded into their buckets.
@@ -118,11 +108,11 @@ pub fn install_metrics() -> Option<PrometheusHandle> {
     ] {
         counter!(name).absolute(0);
     }
-    for actor in ACTORS {
-        counter!("outbox_actor_panics_total", "actor" => *actor).absolute(0);
+    for actor in ActorName::ALL {
+        counter!("outbox_actor_panics_total", "actor" => actor.as_str()).absolute(0);
     }
     for job in JOBS {
-        counter!("outbox_job_failures_total", "job" => *job).absolute(0);
+        counter!("outbox_job_failures_total", "job" => job.as_str()).absolute(0);
     }
     Some(handle)
 }
@@ -271,16 +261,16 @@ pub fn event_dead(id: &Uuid, error: &str) {
 }
 
 /// A maintenance job failed; it runs again on its next tick.
-pub fn job_failed(job: &'static str, error: &dyn Display) {
-    counter!("outbox_job_failures_total", "job" => job).increment(1);
-    tracing::warn!(job, "{error}");
+pub fn job_failed(job: ActorName, error: &dyn Display) {
+    counter!("outbox_job_failures_total", "job" => job.as_str()).increment(1);
+    tracing::warn!(job = job.as_str(), "{error}");
 }
 
 /// A maintenance job failed for a reason already logged elsewhere; it runs again on its next
 /// tick.
-pub fn job_failed_quietly(job: &'static str, error: &dyn Display) {
-    counter!("outbox_job_failures_total", "job" => job).increment(1);
-    tracing::debug!(job, "{error}");
+pub fn job_failed_quietly(job: ActorName, error: &dyn Display) {
+    counter!("outbox_job_failures_total", "job" => job.as_str()).increment(1);
+    tracing::debug!(job = job.as_str(), "{error}");
 }
 
 /// Retention removed rows.
@@ -297,20 +287,23 @@ pub fn backlog(pending: i64, dead: i64, oldest_pending_age_seconds: f64) {
 }
 
 /// A panic was caught in an actor's work; the actor is restarted by its supervisor.
-pub fn actor_panicked(actor: &'static str, message: &str) {
-    counter!("outbox_actor_panics_total", "actor" => actor).increment(1);
-    tracing::error!(actor, "panic in actor, restarting it: {message}");
+pub fn actor_panicked(actor: ActorName, message: &str) {
+    counter!("outbox_actor_panics_total", "actor" => actor.as_str()).increment(1);
+    tracing::error!(
+        actor = actor.as_str(),
+        "panic in actor, restarting it: {message}"
+    );
 }
 
 /// A supervised actor starts again after stopping.
-pub fn actor_restarting(actor: &'static str) {
-    tracing::warn!(actor, "actor restarting");
+pub fn actor_restarting(actor: ActorName) {
+    tracing::warn!(actor = actor.as_str(), "actor restarting");
 }
 
 /// An actor is gone and nothing restarts it: the process exits so its orchestrator does.
-pub fn actor_lost(actor: &'static str) {
+pub fn actor_lost(actor: ActorName) {
     tracing::error!(
-        actor,
+        actor = actor.as_str(),
         "actor died (a panic its supervisor cannot catch); exiting so the orchestrator restarts this replica"
     );
 }

@@ -21,7 +21,7 @@ pub async fn healthz(state: web::Data<AdminState>) -> HttpResponse {
             "pending": pending,
         })),
         Err(Unhealthy::ActorLost(actor)) => HttpResponse::ServiceUnavailable()
-            .json(serde_json::json!({"status": "actor lost", "actor": actor})),
+            .json(serde_json::json!({"status": "actor lost", "actor": actor.as_str()})),
     }
 }
 

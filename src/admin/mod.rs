@@ -8,7 +8,6 @@ pub mod auth;
 pub mod caller;
 pub mod counts;
 pub mod health;
-pub mod readiness;
 pub mod throttle;
 pub mod ui;
 

@@ -4,10 +4,10 @@
 //! session's rules (behind a transaction pooler, every statement inside a transaction that
 //! sets the lease as its timeouts). Forgetting the mode therefore does not compile.
 
-use diesel_async::{AsyncPgConnection, SimpleAsyncConnection};
+use diesel_async::SimpleAsyncConnection;
 
 use super::pool::{Pool, PooledConn};
-use super::pooler::{self, ConnFn, Session};
+use super::pooler::{self, Session, Work};
 use super::DbError;
 
 /// A pool and the session mode of its connections. Cheap to clone.
@@ -46,9 +46,7 @@ impl Db {
     /// of its own (an admin page, a heartbeat): see [`DbConn::unit`].
     pub async fn unit<R, E, F>(&self, f: F) -> Result<R, E>
     where
-        for<'r> F: AsyncFnOnce(&'r mut AsyncPgConnection) -> Result<R, E>
-            + ConnFn<&'r mut AsyncPgConnection, Result<R, E>, Fut: Send>
-            + Send,
+        F: Work<R, E>,
         E: From<DbError> + Send,
         R: Send,
     {
@@ -70,9 +68,7 @@ impl DbConn<'_> {
     /// transaction (see `pooler`). Inside a transaction already, `f` runs in it.
     pub async fn unit<R, E, F>(&mut self, f: F) -> Result<R, E>
     where
-        for<'r> F: AsyncFnOnce(&'r mut AsyncPgConnection) -> Result<R, E>
-            + ConnFn<&'r mut AsyncPgConnection, Result<R, E>, Fut: Send>
-            + Send,
+        F: Work<R, E>,
         E: From<DbError> + Send,
         R: Send,
     {
@@ -83,9 +79,7 @@ impl DbConn<'_> {
     /// succeeds, rolled back when it fails: the claim cycle's transaction.
     pub async fn transaction<R, E, F>(&mut self, f: F) -> Result<R, E>
     where
-        for<'r> F: AsyncFnOnce(&'r mut AsyncPgConnection) -> Result<R, E>
-            + ConnFn<&'r mut AsyncPgConnection, Result<R, E>, Fut: Send>
-            + Send,
+        F: Work<R, E>,
         E: From<diesel::result::Error> + Send,
         R: Send,
     {

@@ -121,6 +121,22 @@ where
     type Fut = Fut;
 }
 
+/// Work on a connection, as [`Db::unit`](super::Db::unit) and the transactions take it: an
+/// async closure over `&mut AsyncPgConnection` whose future is `Send`.
+pub trait Work<R, E>:
+    for<'r> AsyncFnOnce(&'r mut AsyncPgConnection) -> Result<R, E>
+    + for<'r> ConnFn<&'r mut AsyncPgConnection, Result<R, E>, Fut: Send>
+    + Send
+{
+}
+
+impl<F, R, E> Work<R, E> for F where
+    F: for<'r> AsyncFnOnce(&'r mut AsyncPgConnection) -> Result<R, E>
+        + for<'r> ConnFn<&'r mut AsyncPgConnection, Result<R, E>, Fut: Send>
+        + Send
+{
+}
+
 /// Runs `f` in a transaction that starts with [`Session::begin_sql`] (the lease as its own
 /// timeouts), committed when `f` succeeds, rolled back when it fails: the claim cycle's
 /// transaction.
@@ -130,9 +146,7 @@ pub(super) async fn transaction<R, E, F>(
     f: F,
 ) -> Result<R, E>
 where
-    for<'r> F: AsyncFnOnce(&'r mut AsyncPgConnection) -> Result<R, E>
-        + ConnFn<&'r mut AsyncPgConnection, Result<R, E>, Fut: Send>
-        + Send,
+    F: Work<R, E>,
     E: From<diesel::result::Error> + Send,
     R: Send,
 {
@@ -151,9 +165,7 @@ pub(super) async fn unit<R, E, F>(
     f: F,
 ) -> Result<R, E>
 where
-    for<'r> F: AsyncFnOnce(&'r mut AsyncPgConnection) -> Result<R, E>
-        + ConnFn<&'r mut AsyncPgConnection, Result<R, E>, Fut: Send>
-        + Send,
+    F: Work<R, E>,
     E: From<DbError> + Send,
     R: Send,
 {

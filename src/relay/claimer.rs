@@ -5,6 +5,7 @@
 //! outage backs off with jitter and marks the relay not-ready until a cycle succeeds again.
 //! It never panics and never stops on an error: a failed cycle is logged, counted and retried.
 
+use super::actors::ActorName;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -191,7 +192,7 @@ impl Claimer {
     fn start_cycle(&mut self, ctx: &mut Context<Self>) {
         self.in_flight += 1;
         let deps = self.deps.clone();
-        let cycle = async move { catching("claimer", run_once(&deps)).await }
+        let cycle = async move { catching(ActorName::Claimer, run_once(&deps)).await }
             .into_actor(self)
             .map(|result, act, ctx| match result {
                 Ok(result) => act.after_cycle(result, ctx),
@@ -287,7 +288,10 @@ impl Claimer {
         self.throughput
             .record(report.published_total(), report.failures.len() as u64);
         if let Some(after) = report.next_retry() {
-            self.retry.do_send(RetryDue { after });
+            self.retry.do_send(RetryDue {
+                after,
+                wake: ctx.address().recipient(),
+            });
         }
         if report.no_slot {
             self.slots_full_until = Some(Instant::now() + SLOTS_FULL_FOR);
@@ -309,7 +313,7 @@ impl Actor for Claimer {
 
 impl Supervised for Claimer {
     fn restarting(&mut self, _: &mut Context<Self>) {
-        crate::telemetry::actor_restarting("claimer");
+        crate::telemetry::actor_restarting(ActorName::Claimer);
         self.in_flight = 0;
         if !matches!(self.mode, Mode::Draining(_)) {
             self.mode = Mode::Running { again: false };

@@ -4,6 +4,7 @@
 //! except dead letters an operator discarded, which go after the same time as published ones.
 //! It also forgets idempotency keys of the admin API older than a day.
 
+use crate::relay::actors::ActorName;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
@@ -61,7 +62,7 @@ pub async fn run_once(cleaner: &Cleaner) -> Result<Option<usize>, DbError> {
 }
 
 impl Job for Cleaner {
-    const NAME: &'static str = "retention";
+    const ACTOR: ActorName = ActorName::Retention;
     type Error = DbError;
 
     fn interval(&self) -> Duration {

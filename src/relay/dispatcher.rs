@@ -11,6 +11,7 @@
 //! while its pause runs the dispatcher answers at once without asking Redis: a dead master
 //! costs its own topics a failed call per pause, and the other topics' cycles nothing.
 
+use super::actors::ActorName;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -140,7 +141,7 @@ impl Actor for Dispatcher {
 impl Supervised for Dispatcher {
     fn restarting(&mut self, _: &mut Context<Self>) {
         tracing::warn!(topic = %self.topic, "dispatcher restarting");
-        crate::telemetry::actor_restarting("dispatcher");
+        crate::telemetry::actor_restarting(ActorName::Dispatcher);
     }
 }
 
@@ -161,7 +162,7 @@ impl Handler<Publish> for Dispatcher {
             publisher.publish(&topic, &msg.chains, msg.maxlen).await
         };
         Box::pin(
-            catching("dispatcher", publish)
+            catching(ActorName::Dispatcher, publish)
                 .into_actor(self)
                 .map(|result, act, ctx| {
                     if matches!(result, Ok(Ok(_))) {
@@ -182,7 +183,8 @@ impl Handler<Publish> for Dispatcher {
     }
 }
 
-/// The topic registry: topic -> its dispatcher.
+/// The running dispatchers by topic: each started at its topic's first publish (or at start,
+/// for a topic with declared groups).
 #[derive(Clone)]
 pub struct Dispatchers {
     publisher: Publisher,
@@ -193,7 +195,7 @@ pub struct Dispatchers {
 
 impl Dispatchers {
     /// An empty registry; dispatchers start when their topic first shows up, and record it in
-    /// the topic registry table (through `pool`). `groups` are the declared consumer groups.
+    /// the topic registry table (through `db`). `groups` are the declared consumer groups.
     pub fn new(publisher: Publisher, db: Db, groups: &[GroupSpec]) -> Self {
         let mut by_topic: HashMap<String, Vec<GroupSpec>> = HashMap::new();
         for group in groups {
@@ -218,17 +220,13 @@ impl Dispatchers {
     /// Starts the dispatcher of every topic with declared groups, which creates them at once.
     pub fn start_grouped(&self) {
         for topic in self.groups.keys() {
-            self.get(topic);
+            self.ensure_running(topic);
         }
     }
 
-    /// The shared publisher (for readiness pings).
-    pub fn publisher(&self) -> &Publisher {
-        &self.publisher
-    }
-
-    /// The topic's dispatcher, started if missing or dead. Must run inside the actix system.
-    pub fn get(&self, topic: &str) -> Addr<Dispatcher> {
+    /// Starts the topic's dispatcher unless one is running (a dispatcher whose mailbox closed
+    /// is replaced), and returns its address. Must run inside the actix system.
+    pub fn ensure_running(&self, topic: &str) -> Addr<Dispatcher> {
         let mut map = match self.by_topic.lock() {
             Ok(map) => map,
             Err(poisoned) => poisoned.into_inner(),
@@ -238,6 +236,18 @@ impl Dispatchers {
                 return addr.clone();
             }
         }
+        let addr = self.start(topic);
+        map.insert(topic.to_string(), addr.clone());
+        addr
+    }
+
+    /// The shared publisher.
+    pub fn publisher(&self) -> &Publisher {
+        &self.publisher
+    }
+
+    /// A new dispatcher for `topic`, under a supervisor.
+    fn start(&self, topic: &str) -> Addr<Dispatcher> {
         let dispatcher = Dispatcher {
             topic: topic.to_string(),
             publisher: self.publisher.clone(),
@@ -250,9 +260,7 @@ impl Dispatchers {
                 .unwrap_or_else(|| Arc::new([])),
             groups_made: false,
         };
-        let addr = Supervisor::start(move |_| dispatcher);
-        map.insert(topic.to_string(), addr.clone());
-        addr
+        Supervisor::start(move |_| dispatcher)
     }
 
     /// Publishes one topic's chains through its dispatcher.
@@ -261,7 +269,7 @@ impl Dispatchers {
         topic: &str,
         msg: Publish,
     ) -> Result<Vec<(Uuid, Outcome)>, TopicOutage> {
-        let addr = self.get(topic);
+        let addr = self.ensure_running(topic);
         match addr.send(msg).await {
             Ok(result) => result,
             Err(e) => Err(TopicOutage {

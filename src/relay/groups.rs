@@ -3,6 +3,7 @@
 //! trims each stream with declared groups up to the oldest entry one of them has not
 //! acknowledged. Trimming is one atomic script per stream, so any replica may run it.
 
+use crate::relay::actors::ActorName;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -120,7 +121,7 @@ async fn run_once(keeper: GroupKeeper, trim: bool) -> Result<(), GroupsError> {
 }
 
 impl Job for GroupKeeper {
-    const NAME: &'static str = "groups";
+    const ACTOR: ActorName = ActorName::Groups;
     type Error = GroupsError;
 
     fn interval(&self) -> Duration {

@@ -2,11 +2,12 @@
 //! `/readyz` without waiting on anything: a probe must answer at once, outage or not.
 //!
 //! Readiness: Postgres and Redis answered the last background check (see
-//! `admin::readiness`), that check is recent, the last claim cycle succeeded, and the process is
+//! `relay::readiness`), that check is recent, the last claim cycle succeeded, and the process is
 //! not stopping. Liveness: the claim loop ends a cycle every so often (it polls on a timer even
 //! when idle), so a loop silent for `relay.stall_after` while events are pending is stuck, and
 //! so is a process one of whose actors is gone.
 
+use super::actors::ActorName;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -29,7 +30,7 @@ pub struct Health {
     /// Events pending at the last backlog sample; -1: not sampled yet.
     pending: AtomicI64,
     /// The first actor found gone for good.
-    lost: Mutex<Option<&'static str>>,
+    lost: Mutex<Option<ActorName>>,
 }
 
 impl Default for Health {
@@ -81,7 +82,7 @@ pub enum Unhealthy {
         pending: i64,
     },
     /// An actor is gone and nothing restarts it.
-    ActorLost(&'static str),
+    ActorLost(ActorName),
 }
 
 impl Health {
@@ -114,7 +115,7 @@ impl Health {
     }
 
     /// Records an actor that is gone for good (the first one is kept).
-    pub fn set_lost(&self, actor: &'static str) {
+    pub fn set_lost(&self, actor: ActorName) {
         let mut lost = self.lost.lock().unwrap_or_else(|p| p.into_inner());
         lost.get_or_insert(actor);
     }
@@ -183,11 +184,11 @@ mod tests {
     #[test]
     fn a_lost_actor_is_unhealthy() {
         let health = Health::default();
-        health.set_lost("claimer");
-        health.set_lost("cleaner");
+        health.set_lost(ActorName::Claimer);
+        health.set_lost(ActorName::Retention);
         assert_eq!(
             health.liveness(Duration::from_secs(60)),
-            Err(Unhealthy::ActorLost("claimer"))
+            Err(Unhealthy::ActorLost(ActorName::Claimer))
         );
     }
 }

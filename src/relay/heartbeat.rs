@@ -2,6 +2,7 @@
 //! replicas alive now, with this replica's throughput (the claimer's counts); rows silent
 //! for ten intervals are pruned by whoever beats next.
 
+use crate::relay::actors::ActorName;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -46,7 +47,7 @@ impl Heartbeat {
 }
 
 impl Job for Heartbeat {
-    const NAME: &'static str = "heartbeat";
+    const ACTOR: ActorName = ActorName::Heartbeat;
     type Error = DbError;
 
     fn interval(&self) -> Duration {

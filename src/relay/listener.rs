@@ -3,6 +3,7 @@
 //! restarts it, it reconnects, LISTENs again and wakes the claimer once to catch up on
 //! anything committed while it was away.
 
+use super::actors::ActorName;
 use actix::{
     Actor, ActorContext, ActorFutureExt, AsyncContext, Context, Recipient, Supervised, WrapFuture,
 };
@@ -63,7 +64,7 @@ impl Actor for Listener {
 
     fn started(&mut self, ctx: &mut Context<Self>) {
         let run = listen(self.url.clone(), self.session, self.claimer.clone());
-        let run = super::supervision::catching("listener", run);
+        let run = super::supervision::catching(ActorName::Listener, run);
         ctx.spawn(run.into_actor(self).map(|result, act, ctx| {
             let Ok(error) = result else {
                 ctx.stop();
@@ -72,8 +73,10 @@ impl Actor for Listener {
             act.failures = act.failures.saturating_add(1);
             match &error {
                 // `pool::establish` has logged why, once a minute: no line per retry.
-                DbError::Connect(_) => crate::telemetry::job_failed_quietly("listener", &error),
-                _ => crate::telemetry::job_failed("listener", &error),
+                DbError::Connect(_) => {
+                    crate::telemetry::job_failed_quietly(ActorName::Listener, &error)
+                }
+                _ => crate::telemetry::job_failed(ActorName::Listener, &error),
             }
             let pause = outbox_core::backoff::outage_pause(act.failures, 0.5);
             // Stopping hands us to the supervisor, which restarts us after the pause.

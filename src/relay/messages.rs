@@ -50,10 +50,14 @@ pub struct Fault {
     pub error: String,
 }
 
-/// Tells the retry scheduler that a retry was scheduled (committed) to come due after this.
-#[derive(Debug, Clone, Copy, Message)]
+/// Tells the retry scheduler that a retry was scheduled (committed) to come due after this,
+/// and whom to wake then: the claimer names itself, so neither actor needs the other's
+/// address to start.
+#[derive(Debug, Clone, Message)]
 #[rtype(result = "()")]
 pub struct RetryDue {
     /// From now.
     pub after: std::time::Duration,
+    /// The claimer to wake.
+    pub wake: actix::Recipient<Wake>,
 }

@@ -4,13 +4,14 @@
 //!  NOTIFY ──► listener ──Wake──► claimer ──Publish──► dispatcher (one per topic) ──► Redis
 //!  timer  ───────────────Wake──►    │  ◄──outcomes──┘
 //!  retry scheduler ◄──RetryDue──────┘  (──Wake──► claimer when a retry comes due)
-//!  cleaner, heartbeat, backlog sampler: periodic jobs on their own timers
+//!  retention cleaner, heartbeat, backlog sampler, group keeper, readiness: periodic jobs
 //! ```
 //! Every actor runs under an actix `Supervisor`: one that stops, or panics in its work, is
 //! restarted on its own, without touching the others or the process (see `supervision`).
 //! A cycle is `cycle::run_once`: claim (`claim`), group and settle (`settle`, pure), publish
 //! (the dispatchers), apply the retry policy (`retry`), commit.
 
+pub mod actors;
 pub mod claim;
 pub mod claimer;
 pub mod cleaner;
@@ -26,6 +27,7 @@ pub mod ordering;
 pub mod overlap;
 pub mod periodic;
 pub mod quiet;
+pub mod readiness;
 pub mod retry;
 pub mod settle;
 pub mod sizing;
@@ -34,7 +36,7 @@ pub mod stats;
 pub mod supervision;
 pub mod throughput;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use actix::{Addr, Supervisor};
@@ -43,6 +45,7 @@ use chrono::Utc;
 use crate::config::Settings;
 use crate::db::Db;
 use crate::publish::Publisher;
+use actors::ActorName;
 use claimer::{Claimer, ClaimerConfig};
 use cleaner::Cleaner;
 use cycle::CycleDeps;
@@ -51,6 +54,7 @@ use health::Health;
 use heartbeat::Heartbeat;
 use listener::Listener;
 use periodic::Periodic;
+use readiness::ReadinessCheck;
 use retry::RetryScheduler;
 use stats::BacklogSampler;
 use supervision::Watched;
@@ -66,19 +70,60 @@ pub struct RelayHandle {
     watched: Watched,
 }
 
-/// Starts every actor. Must be called inside the actix system.
-pub fn start(
-    settings: &Settings,
-    database_url: &str,
-    db: Db,
-    publisher: Publisher,
-    health: Arc<Health>,
-) -> RelayHandle {
+/// What the relay's actors work with.
+pub struct Wiring<'a> {
+    /// The settings in force.
+    pub settings: &'a Settings,
+    /// For the listener's dedicated connection.
+    pub database_url: &'a str,
+    /// The claim cycles' and periodic jobs' pool.
+    pub db: Db,
+    /// The admin server's pool, which the readiness check pings: the relay's may be busy with
+    /// claims.
+    pub admin_db: Db,
+    /// The Redis publisher.
+    pub publisher: Publisher,
+    /// Where readiness, liveness and the backlog go.
+    pub health: Arc<Health>,
+}
+
+/// Starts every actor, each under a supervisor and watched (see `supervision`). Must be
+/// called inside the actix system.
+pub fn start(wiring: Wiring<'_>) -> RelayHandle {
     let mut watched = Watched::default();
     let throughput = Arc::new(Throughput::new());
+    let claimer = start_claiming(&wiring, throughput.clone(), &mut watched);
+    let heartbeat = Heartbeat {
+        db: wiring.db.clone(),
+        instance_id: wiring.settings.instance_id(),
+        started_at: Utc::now(),
+        interval: wiring.settings.relay.heartbeat_interval,
+        leaving: Arc::default(),
+        throughput,
+    };
+    start_periodic(&wiring, heartbeat.clone(), &mut watched);
+    RelayHandle {
+        claimer,
+        heartbeat,
+        watched,
+    }
+}
+
+/// The claim path: the dispatchers of topics with declared groups, the retry scheduler, the
+/// claimer and (unless polling only) the listener that wakes it.
+fn start_claiming(
+    wiring: &Wiring<'_>,
+    throughput: Arc<Throughput>,
+    watched: &mut Watched,
+) -> Addr<Claimer> {
+    let settings = wiring.settings;
     let deps = CycleDeps {
-        db: db.clone(),
-        dispatchers: Dispatchers::new(publisher.clone(), db.clone(), &settings.groups),
+        db: wiring.db.clone(),
+        dispatchers: Dispatchers::new(
+            wiring.publisher.clone(),
+            wiring.db.clone(),
+            &settings.groups,
+        ),
         retry: settings.retry.clone(),
         limits: crate::db::outbox::BatchLimits {
             rows: i64::from(settings.relay.batch_size),
@@ -95,82 +140,70 @@ pub fn start(
         workers: settings.relay.workers as usize,
         quiet_above: settings.relay.quiet_above,
     };
-    // The scheduler wakes the claimer and the claimer tells the scheduler: the claimer's
-    // address exists once its context does, so the scheduler starts inside its factory.
-    let retry_addr: Arc<Mutex<Option<Addr<RetryScheduler>>>> = Arc::default();
-    let retry_slot = retry_addr.clone();
-    let cycle_health = health.clone();
-    let claim_throughput = throughput.clone();
-    let claimer = Supervisor::start(move |ctx: &mut actix::Context<Claimer>| {
-        let me = actix::AsyncContext::address(ctx).recipient();
-        let retry = Supervisor::start(move |_| RetryScheduler::new(me));
-        let recipient = retry.clone().recipient();
-        if let Ok(mut slot) = retry_slot.lock() {
-            *slot = Some(retry);
-        }
-        Claimer::new(deps, cycle_health, claim_throughput, recipient, config)
+    let retry = Supervisor::start(|_| RetryScheduler::default());
+    watched.add(ActorName::RetryScheduler, &retry);
+    let health = wiring.health.clone();
+    let claimer = Supervisor::start(move |_| {
+        Claimer::new(deps, health, throughput, retry.recipient(), config)
     });
-    watched.add("claimer", &claimer);
-    if let Some(retry) = retry_addr.lock().ok().and_then(|mut slot| slot.take()) {
-        watched.add("retry scheduler", &retry);
-    }
+    watched.add(ActorName::Claimer, &claimer);
     if !settings.poll_only() {
         let session = settings.session();
-        let url = database_url.to_string();
+        let url = wiring.database_url.to_string();
         let wake = claimer.clone().recipient();
         let listener = Supervisor::start(move |_| Listener::new(url, session, wake));
-        watched.add("listener", &listener);
+        watched.add(ActorName::Listener, &listener);
     }
-    let cleaner = Cleaner {
-        db: db.clone(),
-        published_for: settings.retention.published_for,
-        interval: settings.retention.interval,
-        batch_size: settings.retention.batch_size,
-    };
-    watched.add(
-        "cleaner",
-        &Supervisor::start(move |_| Periodic::new(cleaner)),
+    claimer
+}
+
+/// The periodic jobs: retention, heartbeat, the group keeper (with declared groups), the
+/// backlog sampler and the readiness check.
+fn start_periodic(wiring: &Wiring<'_>, heartbeat: Heartbeat, watched: &mut Watched) {
+    fn periodic<J: periodic::Job>(job: J, watched: &mut Watched) {
+        watched.add(J::ACTOR, &Supervisor::start(move |_| Periodic::new(job)));
+    }
+    let settings = wiring.settings;
+    periodic(
+        Cleaner {
+            db: wiring.db.clone(),
+            published_for: settings.retention.published_for,
+            interval: settings.retention.interval,
+            batch_size: settings.retention.batch_size,
+        },
+        watched,
     );
-    let heartbeat = Heartbeat {
-        db: db.clone(),
-        instance_id: settings.instance_id(),
-        started_at: Utc::now(),
-        interval: settings.relay.heartbeat_interval,
-        leaving: Arc::default(),
-        throughput,
-    };
-    let beat = heartbeat.clone();
-    watched.add(
-        "heartbeat",
-        &Supervisor::start(move |_| Periodic::new(beat)),
-    );
+    periodic(heartbeat, watched);
     if !settings.groups.is_empty() {
         let trim_every = settings
             .redis
             .trim_acked
             .then_some(settings.retention.interval);
         let sample_every = trim_every.map_or(GROUP_SAMPLES, |t| t.min(GROUP_SAMPLES));
-        let keeper =
-            groups::GroupKeeper::new(publisher, &settings.groups, sample_every, trim_every);
-        watched.add(
-            "group keeper",
-            &Supervisor::start(move |_| Periodic::new(keeper)),
+        let keeper = groups::GroupKeeper::new(
+            wiring.publisher.clone(),
+            &settings.groups,
+            sample_every,
+            trim_every,
         );
+        periodic(keeper, watched);
     }
-    let sampler = BacklogSampler {
-        db,
-        interval: Duration::from_secs(5),
-        health,
-    };
-    watched.add(
-        "backlog sampler",
-        &Supervisor::start(move |_| Periodic::new(sampler)),
-    );
-    RelayHandle {
-        claimer,
-        heartbeat,
+    periodic(
+        BacklogSampler {
+            db: wiring.db.clone(),
+            interval: Duration::from_secs(5),
+            health: wiring.health.clone(),
+        },
         watched,
-    }
+    );
+    periodic(
+        ReadinessCheck {
+            db: wiring.admin_db.clone(),
+            publisher: wiring.publisher.clone(),
+            health: wiring.health.clone(),
+        },
+        watched,
+    );
 }
 
 impl RelayHandle {
@@ -180,7 +213,7 @@ impl RelayHandle {
     }
 
     /// Resolves with the name of the first actor found gone for good (see `supervision`).
-    pub async fn lost(&self) -> &'static str {
+    pub async fn lost(&self) -> ActorName {
         self.watched.first_lost(Duration::from_secs(1)).await
     }
 

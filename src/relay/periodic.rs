@@ -5,6 +5,7 @@
 //! counted and the next tick tries again, so an outage never turns into a restart loop; a
 //! panic in a run restarts the actor (see `supervision`).
 
+use super::actors::ActorName;
 use std::time::Duration;
 
 use actix::{Actor, ActorContext, ActorFutureExt, AsyncContext, Context, Supervised, WrapFuture};
@@ -13,7 +14,7 @@ use futures::future::BoxFuture;
 /// One maintenance duty.
 pub trait Job: Clone + Unpin + 'static {
     /// For logs and metrics.
-    const NAME: &'static str;
+    const ACTOR: ActorName;
     /// Why a run failed.
     type Error: std::fmt::Display + Send + 'static;
     /// Time between runs.
@@ -42,12 +43,12 @@ impl<J: Job> Periodic<J> {
             return;
         }
         self.running = true;
-        let run = super::supervision::catching(J::NAME, self.job.run_once());
+        let run = super::supervision::catching(J::ACTOR, self.job.run_once());
         ctx.spawn(run.into_actor(self).map(|result, act, ctx| {
             act.running = false;
             match result {
                 Ok(Ok(())) => {}
-                Ok(Err(error)) => crate::telemetry::job_failed(J::NAME, &error),
+                Ok(Err(error)) => crate::telemetry::job_failed(J::ACTOR, &error),
                 // Its supervisor restarts it.
                 Err(_) => ctx.stop(),
             }
@@ -66,7 +67,7 @@ impl<J: Job> Actor for Periodic<J> {
 
 impl<J: Job> Supervised for Periodic<J> {
     fn restarting(&mut self, _: &mut Context<Self>) {
-        crate::telemetry::actor_restarting(J::NAME);
+        crate::telemetry::actor_restarting(J::ACTOR);
         self.running = false;
     }
 }

@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use actix::{Actor, AsyncContext, Context, Handler, Recipient, SpawnHandle, Supervised};
+use actix::{Actor, AsyncContext, Context, Handler, SpawnHandle, Supervised};
 
 use super::messages::{Fault, RetryDue, Wake};
 use crate::config::RetrySettings;
@@ -53,19 +53,9 @@ pub fn plan_all(
 const DUE_SLACK: Duration = Duration::from_millis(50);
 
 /// Wakes the claimer when the earliest scheduled retry comes due.
+#[derive(Default)]
 pub struct RetryScheduler {
-    claimer: Recipient<Wake>,
     next_wake: Option<(Instant, SpawnHandle)>,
-}
-
-impl RetryScheduler {
-    /// A scheduler that wakes `claimer`.
-    pub fn new(claimer: Recipient<Wake>) -> Self {
-        RetryScheduler {
-            claimer,
-            next_wake: None,
-        }
-    }
 }
 
 impl Actor for RetryScheduler {
@@ -90,9 +80,10 @@ impl Handler<RetryDue> for RetryScheduler {
         if let Some((_, handle)) = self.next_wake.take() {
             ctx.cancel_future(handle);
         }
-        let handle = ctx.run_later(wait, |act, _| {
+        let wake = msg.wake;
+        let handle = ctx.run_later(wait, move |act, _| {
             act.next_wake = None;
-            act.claimer.do_send(Wake);
+            wake.do_send(Wake);
         });
         self.next_wake = Some((due, handle));
     }

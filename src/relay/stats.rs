@@ -2,6 +2,7 @@
 //! every few seconds, so a Prometheus scrape never queries the database; gives `/healthz` the
 //! pending count; and makes every known topic's counters exist before its first publish.
 
+use crate::relay::actors::ActorName;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,7 +26,7 @@ pub struct BacklogSampler {
 }
 
 impl Job for BacklogSampler {
-    const NAME: &'static str = "backlog";
+    const ACTOR: ActorName = ActorName::Backlog;
     type Error = DbError;
 
     fn interval(&self) -> Duration {

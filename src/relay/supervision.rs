@@ -7,6 +7,7 @@
 //!   the replica. Every guarantee rests on Postgres transactions, so an abrupt exit loses
 //!   nothing: what the replica held is rolled back and claimed again.
 
+use super::actors::ActorName;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::time::Duration;
@@ -19,7 +20,7 @@ use futures::FutureExt;
 pub struct Panicked;
 
 /// Runs `work`, turning a panic into [`Panicked`] (logged and counted under `actor`).
-pub async fn catching<F: Future>(actor: &'static str, work: F) -> Result<F::Output, Panicked> {
+pub async fn catching<F: Future>(actor: ActorName, work: F) -> Result<F::Output, Panicked> {
     AssertUnwindSafe(work)
         .catch_unwind()
         .await
@@ -35,18 +36,18 @@ type Alive = Box<dyn Fn() -> bool>;
 /// The relay's long-lived actors, by name, for the watchdog.
 #[derive(Default)]
 pub struct Watched {
-    actors: Vec<(&'static str, Alive)>,
+    actors: Vec<(ActorName, Alive)>,
 }
 
 impl Watched {
     /// Watches `addr` under `name`.
-    pub fn add<A: Actor>(&mut self, name: &'static str, addr: &Addr<A>) {
+    pub fn add<A: Actor>(&mut self, name: ActorName, addr: &Addr<A>) {
         let addr = addr.clone();
         self.actors.push((name, Box::new(move || addr.connected())));
     }
 
     /// The first actor whose mailbox is closed.
-    pub fn lost(&self) -> Option<&'static str> {
+    pub fn lost(&self) -> Option<ActorName> {
         self.actors
             .iter()
             .find(|(_, alive)| !alive())
@@ -54,7 +55,7 @@ impl Watched {
     }
 
     /// Resolves with the name of the first actor found gone, checking every `every`.
-    pub async fn first_lost(&self, every: Duration) -> &'static str {
+    pub async fn first_lost(&self, every: Duration) -> ActorName {
         loop {
             if let Some(name) = self.lost() {
                 return name;

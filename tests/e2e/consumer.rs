@@ -137,6 +137,12 @@ async fn a_poison_event_is_dead_lettered_after_exactly_max_deliveries() {
 }
 
 /// A consumer on the test's prefix: quick retries, short blocks.
+/// Completes when `stop` is notified: a consumer's shutdown signal in these tests.
+fn notified(stop: &Arc<tokio::sync::Notify>) -> impl std::future::Future<Output = ()> {
+    let stop = stop.clone();
+    async move { stop.notified().await }
+}
+
 fn library_config(redis: &TestRedis, topic: &str, name: &str) -> ConsumerConfig {
     ConsumerConfig::new(&redis.url, topic, GROUP)
         .stream_prefix(&redis.prefix)
@@ -296,10 +302,7 @@ async fn one_consumer_reads_several_topics_each_keys_order_and_dead_stream_its_o
                 Ok(())
             }
         },
-        {
-            let stop = stop.clone();
-            async move { stop.notified().await }
-        },
+        notified(&stop),
     );
     let stats = tokio::time::timeout(Duration::from_secs(60), run).await;
     let stats = stats.expect("every entry but the poison one applied");
@@ -373,10 +376,7 @@ async fn a_batch_over_several_topics_holds_entries_of_each() {
                 Ok::<(), HandlerError>(())
             }
         }),
-        {
-            let stop = stop.clone();
-            async move { stop.notified().await }
-        },
+        notified(&stop),
     );
     tokio::time::timeout(Duration::from_secs(30), run)
         .await
@@ -430,10 +430,7 @@ async fn a_malformed_entry_is_dead_lettered_and_its_key_flows_on() {
                 Ok::<(), HandlerError>(())
             }
         },
-        {
-            let stop = stop.clone();
-            async move { stop.notified().await }
-        },
+        notified(&stop),
     );
     let stats = tokio::time::timeout(Duration::from_secs(30), run)
         .await
@@ -471,10 +468,7 @@ async fn a_panicking_handler_fails_its_entry_and_the_consumer_goes_on() {
                 Ok::<(), HandlerError>(())
             }
         },
-        {
-            let stop = stop.clone();
-            async move { stop.notified().await }
-        },
+        notified(&stop),
     );
     let stats = tokio::time::timeout(Duration::from_secs(30), run)
         .await
@@ -561,10 +555,7 @@ async fn a_batch_handler_gets_whole_batches_and_a_failed_batch_again() {
                 Ok(())
             }
         }),
-        {
-            let stop = stop.clone();
-            async move { stop.notified().await }
-        },
+        notified(&stop),
     );
     let stats = tokio::time::timeout(Duration::from_secs(30), run)
         .await
@@ -809,10 +800,7 @@ async fn a_consumer_reads_over_mutual_tls_with_its_ca_and_client_certificate() {
                 Ok::<(), HandlerError>(())
             }
         },
-        {
-            let stop = stop.clone();
-            async move { stop.notified().await }
-        },
+        notified(&stop),
     );
     let stats = tokio::time::timeout(Duration::from_secs(30), run)
         .await
@@ -868,10 +856,7 @@ async fn a_handler_error_says_retry_dead_letter_now_or_outage() {
                 result
             }
         },
-        {
-            let stop = stop.clone();
-            async move { stop.notified().await }
-        },
+        notified(&stop),
     );
     let stats = tokio::time::timeout(Duration::from_secs(60), run)
         .await
@@ -933,10 +918,7 @@ async fn a_typed_payload_that_does_not_parse_is_dead_lettered_at_once() {
                 Ok::<(), HandlerError>(())
             }
         },
-        {
-            let stop = stop.clone();
-            async move { stop.notified().await }
-        },
+        notified(&stop),
     );
     tokio::time::timeout(Duration::from_secs(30), run)
         .await

@@ -2,6 +2,7 @@
 //! second, each with a timeout, and leaves the result in `Health`, so `/readyz` answers at once
 //! from what it finds there, outage or not.
 
+use crate::relay::actors::ActorName;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -37,7 +38,7 @@ async fn postgres_ok(db: &Db) -> bool {
 }
 
 impl Job for ReadinessCheck {
-    const NAME: &'static str = "readiness";
+    const ACTOR: ActorName = ActorName::Readiness;
     type Error = DbError;
 
     fn interval(&self) -> Duration {
