@@ -1,0 +1,70 @@
+//! Every Redis command the consumer sends, one function each, named for what it does to the
+//! group: create it, read new entries, list and fetch this consumer's pending ones, take one
+//! for another delivery, acknowledge, dead-letter, claim from dead consumers.
+//!
+//! `read` reads, `hold` keeps and claims, `settle` acknowledges and dead-letters, `reply`
+//! parses; this module holds the entry types they share.
+
+use std::sync::Arc;
+
+use redis::Value;
+
+use outbox_core::entry::{field, value_text};
+
+mod hold;
+mod read;
+mod reply;
+mod settle;
+
+pub(crate) use hold::{claim_abandoned, keep_idle_low, take_for_delivery};
+pub(crate) use read::{ensure_group, fetch, pending_mine, read_new, Pending};
+pub(crate) use reply::{parse_entries, parse_read_reply};
+pub(crate) use settle::{ack, dead_letter};
+
+/// One entry as Redis returned it: its stream's key, its id and its fields in order.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct RawEntry {
+    pub(crate) stream: Arc<str>,
+    pub(crate) stream_id: String,
+    pub(crate) fields: Vec<(String, Value)>,
+}
+
+impl RawEntry {
+    /// Where the entry is: its stream and id (ids are unique within one stream only).
+    pub(crate) fn at(&self) -> EntryRef {
+        EntryRef {
+            stream: self.stream.clone(),
+            id: self.stream_id.clone(),
+        }
+    }
+
+    /// The `key` field as text, if present: the lane of an entry that failed to parse.
+    pub(crate) fn key_field(&self) -> Option<String> {
+        self.fields
+            .iter()
+            .find(|(k, _)| k == field::KEY)
+            .and_then(|(_, v)| value_text(v))
+    }
+}
+
+/// An entry's place: its stream's key and its id there.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct EntryRef {
+    pub(crate) stream: Arc<str>,
+    pub(crate) id: String,
+}
+
+/// The ids of `refs`, per stream, streams in order of first appearance: one XACK or XCLAIM
+/// per stream.
+pub(crate) fn by_stream<'a>(
+    refs: impl IntoIterator<Item = &'a EntryRef>,
+) -> Vec<(Arc<str>, Vec<String>)> {
+    let mut out: Vec<(Arc<str>, Vec<String>)> = Vec::new();
+    for r in refs {
+        match out.iter_mut().find(|(stream, _)| *stream == r.stream) {
+            Some((_, ids)) => ids.push(r.id.clone()),
+            None => out.push((r.stream.clone(), vec![r.id.clone()])),
+        }
+    }
+    out
+}

@@ -1,0 +1,133 @@
+//! Settling entries: acknowledging them (alone, or in the round trip of the next read) and
+//! moving them to the dead stream.
+
+use redis::cluster_routing::Slot;
+use redis::{RedisResult, Value};
+
+use super::{by_stream, EntryRef, RawEntry};
+use crate::config::ConsumerConfig;
+use outbox_core::{keys, RedisConn};
+
+/// `XACK key group id...` per stream, pipelined: one round trip.
+pub(crate) async fn ack(
+    conn: &mut RedisConn,
+    config: &ConsumerConfig,
+    refs: &[EntryRef],
+) -> RedisResult<()> {
+    let mut pipe = redis::pipe();
+    add_acks(&mut pipe, config, refs);
+    run(conn, &pipe).await
+}
+
+/// `XACK key group id...` per stream of `refs`, replies ignored.
+pub(super) fn add_acks(pipe: &mut redis::Pipeline, config: &ConsumerConfig, refs: &[EntryRef]) {
+    for (key, ids) in by_stream(refs) {
+        pipe.cmd("XACK")
+            .arg(key.as_ref())
+            .arg(&config.group)
+            .arg(ids)
+            .ignore();
+    }
+}
+
+/// Sends a pipeline whose replies are all ignored; an empty one is not sent.
+pub(super) async fn run(conn: &mut RedisConn, pipe: &redis::Pipeline) -> RedisResult<()> {
+    if pipe.is_empty() {
+        return Ok(());
+    }
+    pipe.query_async::<()>(conn).await
+}
+
+/// Moves an entry to the dead stream if it is still this consumer's: `XADD <dead> *
+/// <original fields> error group deliveries` and its `XACK`, in one script, so that two
+/// consumers that both hold it (one claimed it from the other) write one dead letter, not
+/// two. `Ok(false)`: the entry is no longer this consumer's; nothing was written.
+///
+/// On a cluster the dead stream usually lives in another slot than its stream, and no script
+/// may touch both: the dead letter is written first, then the entry acknowledged if still
+/// this consumer's (one script on its stream), and the dead letter deleted again if it was
+/// not. A crash between the two leaves the entry pending, so it is dead-lettered again later:
+/// twice in the dead stream, never lost.
+pub(crate) async fn dead_letter(
+    conn: &mut RedisConn,
+    config: &ConsumerConfig,
+    raw: &RawEntry,
+    error: &str,
+    deliveries: u64,
+) -> RedisResult<bool> {
+    let dead = keys::dead_key_of(&raw.stream);
+    let mut fields: Vec<(&str, Vec<u8>)> = raw
+        .fields
+        .iter()
+        .filter(|(field, _)| !matches!(field.as_str(), "error" | "group" | "deliveries"))
+        .map(|(field, value)| (field.as_str(), value_bytes(value)))
+        .collect();
+    fields.push(("error", error.as_bytes().to_vec()));
+    fields.push(("group", config.group.as_bytes().to_vec()));
+    fields.push(("deliveries", deliveries.to_string().into_bytes()));
+    let one_slot = Slot::for_key(raw.stream.as_bytes()) == Slot::for_key(dead.as_bytes());
+    if !conn.is_cluster() || one_slot {
+        let script = redis::Script::new(DEAD_LETTER);
+        let mut call = script.key(raw.stream.as_ref());
+        call.key(&dead)
+            .arg(&config.group)
+            .arg(&config.consumer)
+            .arg(&raw.stream_id);
+        for (field, value) in &fields {
+            call.arg(*field).arg(value.as_slice());
+        }
+        let written: i64 = call.invoke_async(conn).await?;
+        return Ok(written == 1);
+    }
+    let mut add = redis::cmd("XADD");
+    add.arg(&dead).arg("*");
+    for (field, value) in &fields {
+        add.arg(*field).arg(value.as_slice());
+    }
+    let dead_id: String = add.query_async(conn).await?;
+    let acked: i64 = redis::Script::new(ACK_IF_MINE)
+        .key(raw.stream.as_ref())
+        .arg(&config.group)
+        .arg(&config.consumer)
+        .arg(&raw.stream_id)
+        .invoke_async(conn)
+        .await?;
+    if acked == 1 {
+        return Ok(true);
+    }
+    redis::cmd("XDEL")
+        .arg(&dead)
+        .arg(&dead_id)
+        .query_async::<()>(conn)
+        .await?;
+    Ok(false)
+}
+
+/// KEYS: stream, dead stream. ARGV: group, consumer, stream id, then the dead entry's fields.
+const DEAD_LETTER: &str = r"
+local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[3], ARGV[3], 1)
+if #p == 0 or p[1][2] ~= ARGV[2] then return 0 end
+redis.call('XADD', KEYS[2], '*', unpack(ARGV, 4))
+redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
+return 1
+";
+
+/// KEYS: stream. ARGV: group, consumer, stream id. Acknowledges the entry if this consumer
+/// holds it.
+const ACK_IF_MINE: &str = r"
+local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[3], ARGV[3], 1)
+if #p == 0 or p[1][2] ~= ARGV[2] then return 0 end
+redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
+return 1
+";
+
+/// A field value as Redis sent it, for copying into the dead stream.
+fn value_bytes(value: &Value) -> Vec<u8> {
+    match value {
+        Value::BulkString(bytes) => bytes.clone(),
+        Value::SimpleString(s) => s.clone().into_bytes(),
+        Value::VerbatimString { text, .. } => text.clone().into_bytes(),
+        Value::Int(n) => n.to_string().into_bytes(),
+        other => format!("{other:?}").into_bytes(),
+    }
+}

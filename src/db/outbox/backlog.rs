@@ -1,0 +1,51 @@
+//! The numbers behind the backlog gauges, and when the next delayed event comes due.
+
+use diesel::sql_types::{BigInt, Nullable};
+use diesel::QueryableByName;
+use diesel_async::{AsyncPgConnection, RunQueryDsl};
+
+use crate::db::DbError;
+
+/// The numbers behind the gauges.
+#[derive(Debug, Clone, QueryableByName)]
+pub struct Backlog {
+    /// Pending, not dead.
+    #[diesel(sql_type = BigInt)]
+    pub pending: i64,
+    /// Dead-lettered and not discarded by an operator.
+    #[diesel(sql_type = BigInt)]
+    pub dead: i64,
+    /// Age in seconds of the oldest pending event (0 when none).
+    #[diesel(sql_type = diesel::sql_types::Double)]
+    pub oldest_pending_age_seconds: f64,
+}
+
+/// Counts the backlog from the partial indexes (no scan of published rows).
+pub async fn backlog(conn: &mut AsyncPgConnection) -> Result<Backlog, DbError> {
+    Ok(diesel::sql_query(
+        "SELECT
+           (SELECT count(*) FROM outbox WHERE published_at IS NULL AND dead_at IS NULL) AS pending,
+           (SELECT count(*) FROM outbox WHERE dead_at IS NOT NULL AND discarded_at IS NULL) AS dead,
+           COALESCE((SELECT extract(epoch FROM now() - created_at)::float8 FROM outbox
+                     WHERE published_at IS NULL AND dead_at IS NULL
+                     ORDER BY seq LIMIT 1), 0) AS oldest_pending_age_seconds",
+    )
+    .get_result(conn)
+    .await?)
+}
+
+/// The earliest `available_at` of pending events not yet due, for waking the claimer on time.
+pub async fn next_due_in_ms(conn: &mut AsyncPgConnection) -> Result<Option<i64>, DbError> {
+    #[derive(QueryableByName)]
+    struct Due {
+        #[diesel(sql_type = Nullable<BigInt>)]
+        ms: Option<i64>,
+    }
+    let due: Due = diesel::sql_query(
+        "SELECT (extract(epoch FROM min(available_at) - now()) * 1000)::bigint AS ms
+         FROM outbox WHERE published_at IS NULL AND dead_at IS NULL AND available_at > now()",
+    )
+    .get_result(conn)
+    .await?;
+    Ok(due.ms)
+}
