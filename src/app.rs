@@ -1,9 +1,11 @@
 //! Wiring: pools, the relay's actors, the admin server, signals and graceful shutdown.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use futures::FutureExt;
 
 use crate::admin::{self, AdminState};
 use crate::config::{ConfigError, Settings};
@@ -50,6 +52,26 @@ pub async fn run_until(
     let url = settings.database_url()?.to_string();
     let addr = settings.admin_addr()?;
     let (relay_db, admin_db) = open_databases(&settings, &url);
+    let configured = settings.configured_partitions();
+    // Refuse at once when Postgres answers; when it does not, the check goes on beside the
+    // relay, which publishes by the recorded counts meanwhile.
+    let first = tokio::time::timeout(
+        Duration::from_secs(2),
+        check_partitions(&admin_db, &configured),
+    )
+    .await;
+    let check_db = admin_db.clone();
+    let partitions = async move {
+        match first {
+            Ok(Ok(None)) => std::future::pending().await,
+            Ok(Ok(Some(refused))) => refused,
+            Ok(Err(_)) | Err(_) => partition_check(check_db, configured).await,
+        }
+    };
+    let mut partitions = std::pin::pin!(partitions);
+    if let Some(refused) = (&mut partitions).now_or_never() {
+        return Err(refused.into());
+    }
     let publisher = open_publisher(&settings)?;
     let health = Arc::new(Health::default());
     let metrics = crate::telemetry::install_metrics();
@@ -90,9 +112,14 @@ pub async fn run_until(
         "outbox-relay running"
     );
 
+    let mut refused = None;
     let lost = tokio::select! {
         () = stop => None,
         actor = relay.lost() => Some(actor),
+        error = &mut partitions => {
+            refused = Some(error);
+            None
+        }
     };
     if let Some(actor) = lost {
         crate::telemetry::actor_lost(actor);
@@ -104,9 +131,50 @@ pub async fn run_until(
     server_handle.stop(true).await;
     let _ = server_task.await;
     tracing::info!("stopped");
+    if let Some(error) = refused {
+        return Err(error.into());
+    }
     match lost {
         Some(actor) => Err(ActorLost(actor).into()),
         None => Ok(()),
+    }
+}
+
+/// Records the configured partition counts of new topics and compares the others with the
+/// recorded ones: the refusal of a count that differs (the relay would split a topic's keys
+/// differently from the streams its consumers read), if any.
+async fn check_partitions(
+    db: &db::Db,
+    configured: &HashMap<String, u32>,
+) -> Result<Option<ConfigError>, db::DbError> {
+    let mismatches = db
+        .unit(async |c| db::topics::record_partitions(c, configured).await)
+        .await?;
+    Ok(mismatches.into_iter().next().map(|m| ConfigError {
+        setting: "topics".into(),
+        message: format!(
+            "topic `{}` has {} partitions recorded in Postgres and {} configured: \
+             change the count with `outbox-relay repartition {} {}`, or configure {}",
+            m.topic, m.recorded, m.configured, m.topic, m.configured, m.recorded
+        ),
+    }))
+}
+
+/// [`check_partitions`], retried while Postgres does not answer; resolves only with a refusal.
+async fn partition_check(db: db::Db, configured: HashMap<String, u32>) -> ConfigError {
+    let mut failures = 0u32;
+    loop {
+        match check_partitions(&db, &configured).await {
+            Ok(Some(refused)) => return refused,
+            Ok(None) => return std::future::pending().await,
+            Err(e) => {
+                if failures == 0 {
+                    tracing::warn!(error = %e, "partition counts not checked yet: Postgres does not answer; retrying");
+                }
+                failures = failures.saturating_add(1);
+                tokio::time::sleep(outbox_core::backoff::outage_pause(failures, 0.5)).await;
+            }
+        }
     }
 }
 
@@ -138,7 +206,7 @@ fn open_databases(settings: &Settings, url: &str) -> (db::Db, db::Db) {
 }
 
 /// The Redis publisher of the settings (lazy: nothing connects yet).
-fn open_publisher(settings: &Settings) -> anyhow::Result<Publisher> {
+pub(crate) fn open_publisher(settings: &Settings) -> anyhow::Result<Publisher> {
     let redis_tls = connect::tls_files(&settings.redis).map_err(|e| anyhow::anyhow!(e.0))?;
     let conn = connect::connect(&settings.redis, redis_tls.as_ref()).context("redis.url")?;
     Ok(Publisher::new(

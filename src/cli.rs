@@ -29,6 +29,21 @@ pub enum Command {
     Bench(BenchArgs),
     /// Print a topic's stream entries as they arrive, one JSON object per line.
     Tail(TailArgs),
+    /// Change a topic's partition count, keeping per-key order for its declared groups.
+    Repartition(RepartitionArgs),
+}
+
+/// Flags of `repartition`.
+#[derive(Debug, Args, Clone)]
+pub struct RepartitionArgs {
+    /// The common flags (`--database-url`, `--redis-url`, `--config` with the declared
+    /// groups).
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// The topic.
+    pub topic: String,
+    /// Its new partition count, 1 to 1024.
+    pub partitions: u32,
 }
 
 /// Flags of `tail`.
@@ -51,6 +66,9 @@ pub struct TailArgs {
     /// Exit after this many entries.
     #[arg(long, value_name = "N")]
     pub count: Option<u64>,
+    /// Read only this partition of a partitioned topic (default: all of them).
+    #[arg(long, value_name = "P")]
+    pub partition: Option<u32>,
 }
 
 /// Flags of `bench`.

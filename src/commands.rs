@@ -14,10 +14,11 @@ pub fn settings_for(command: &Command) -> Result<Settings, ConfigError> {
         Command::Demo(d) => (demo::default_settings(), &d.common),
         Command::Bench(b) => (Settings::default(), &b.common),
         Command::Tail(t) => (Settings::default(), &t.common),
+        Command::Repartition(r) => (Settings::default(), &r.common),
     };
     let settings = Settings::load(base, common.config.as_deref(), &common.overrides())?;
     match command {
-        Command::Migrate(_) => {
+        Command::Migrate(_) | Command::Repartition(_) => {
             settings.database_url()?;
         }
         Command::Run(_) => {
@@ -43,9 +44,11 @@ pub async fn execute(command: Command, settings: Settings) -> anyhow::Result<()>
                 from: t.from,
                 group: t.group,
                 count: t.count,
+                partition: t.partition,
             };
             Ok(tail::run(&settings, options).await?)
         }
+        Command::Repartition(r) => crate::repartition::run(&settings, &r.topic, r.partitions).await,
     }
 }
 

@@ -12,8 +12,10 @@ mod defaults;
 pub mod groups;
 mod layers;
 mod lenient;
+mod pairs;
 mod rules;
 mod schema;
+pub mod topics;
 
 pub use groups::GroupSpec;
 pub use layers::Overrides;
@@ -21,6 +23,7 @@ pub use schema::{
     AdminSettings, DatabaseSettings, RedisSettings, RelaySettings, RetentionSettings,
     RetrySettings, Settings,
 };
+pub use topics::TopicSpec;
 
 /// A bad setting: the program prints it as one line and exits with status 2.
 #[derive(Debug, thiserror::Error)]
@@ -87,6 +90,14 @@ impl Settings {
     /// pooler, through which LISTEN cannot work.
     pub fn poll_only(&self) -> bool {
         self.relay.poll_only || self.database.pooler == SessionMode::TransactionPooled
+    }
+
+    /// The configured partition count of each listed topic.
+    pub fn configured_partitions(&self) -> std::collections::HashMap<String, u32> {
+        self.topics
+            .iter()
+            .map(|t| (t.name.clone(), t.partitions))
+            .collect()
     }
 
     /// Published rows are deleted in the publish transaction itself (`published_for = 0s`).

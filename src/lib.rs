@@ -12,6 +12,8 @@
 //! - [`admin`]: the HTTP server: health, metrics, API, UI.
 //! - [`producer`]: the Rust API to enqueue events in the caller's transaction.
 //! - [`demo`]: the self-contained demo.
+//! - [`repartition`]: `outbox-relay repartition TOPIC N`, a topic's partition count changed
+//!   without breaking per-key order for its declared groups.
 //! - [`tail`]: `outbox-relay tail`, a topic's entries as JSON lines (the consumer side itself is
 //!   the `outbox-consumer` crate in `consumer/`).
 //! - [`bench`]: the benchmark command (`outbox-relay bench`).
@@ -28,6 +30,7 @@ pub mod demo;
 pub mod producer;
 pub mod publish;
 pub mod relay;
+pub mod repartition;
 pub mod tail;
 pub mod telemetry;
 

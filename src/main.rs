@@ -8,6 +8,7 @@ use clap::Parser;
 use outbox_relay::app::ActorLost;
 use outbox_relay::cli::Cli;
 use outbox_relay::commands;
+use outbox_relay::config::ConfigError;
 
 fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
@@ -35,9 +36,13 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("outbox-relay: {error:#}");
-            match error.downcast_ref::<ActorLost>() {
-                Some(_) => ExitCode::from(ActorLost::EXIT_CODE),
-                None => ExitCode::FAILURE,
+            if error.downcast_ref::<ActorLost>().is_some() {
+                ExitCode::from(ActorLost::EXIT_CODE)
+            } else if error.downcast_ref::<ConfigError>().is_some() {
+                // Settings that only the database can refuse (partition counts).
+                ExitCode::from(2)
+            } else {
+                ExitCode::FAILURE
             }
         }
     }

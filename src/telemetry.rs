@@ -151,6 +151,25 @@ pub fn group_sampled(
         .set(oldest_pending.map_or(0.0, |d| d.as_secs_f64()));
 }
 
+/// A declared group's sample on one partition of a partitioned topic.
+pub fn partition_sampled(
+    topic: &str,
+    partition: usize,
+    group: &str,
+    lag: Option<u64>,
+    pending: u64,
+) {
+    let labels = [
+        ("topic", topic.to_string()),
+        ("partition", partition.to_string()),
+        ("group", group.to_string()),
+    ];
+    if let Some(lag) = lag {
+        gauge!("outbox_partition_lag", &labels).set(lag as f64);
+    }
+    gauge!("outbox_partition_pending", &labels).set(pending as f64);
+}
+
 /// `redis.trim_acked` removed entries every declared group had acknowledged.
 pub fn stream_trimmed(topic: &str, removed: u64, minid: &str) {
     counter!("outbox_stream_trimmed_total", "topic" => topic.to_string()).increment(removed);

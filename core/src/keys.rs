@@ -1,12 +1,36 @@
 //! Redis key names that producers, the relay and consumers in any language agree on: a
-//! topic's stream `<prefix><topic>` and its dead stream `<prefix><topic>:dead`.
+//! topic's stream `<prefix><topic>` (one partition) or streams `<prefix><topic>:<p>` (p in
+//! 0..N), its dead stream `<prefix><topic>:dead`, and the hash `<prefix>partitions` (field:
+//! topic, value: N) that tells consumers how many partitions a topic has.
 
 /// `<prefix><topic>`: the topic's stream.
 pub fn stream_key(prefix: &str, topic: &str) -> String {
     format!("{prefix}{topic}")
 }
 
-/// `<prefix><topic>:dead`: where consumers move the entries they give up on.
+/// The stream of partition `partition` of a topic with `partitions` partitions: the topic's one
+/// stream when it has one, else `<prefix><topic>:<partition>`.
+pub fn partition_key(prefix: &str, topic: &str, partition: u32, partitions: u32) -> String {
+    match partitions {
+        0 | 1 => stream_key(prefix, topic),
+        _ => format!("{prefix}{topic}:{partition}"),
+    }
+}
+
+/// Every stream of a topic with `partitions` partitions, in partition order.
+pub fn partition_keys(prefix: &str, topic: &str, partitions: u32) -> Vec<String> {
+    (0..partitions.max(1))
+        .map(|p| partition_key(prefix, topic, p, partitions))
+        .collect()
+}
+
+/// `<prefix>partitions`: the hash of each topic's partition count.
+pub fn partitions_hash(prefix: &str) -> String {
+    format!("{prefix}partitions")
+}
+
+/// `<prefix><topic>:dead`: where consumers move the entries they give up on (one per topic,
+/// whatever its partitions).
 pub fn dead_key(prefix: &str, topic: &str) -> String {
     dead_key_of(&stream_key(prefix, topic))
 }
@@ -31,5 +55,10 @@ mod tests {
             "outbox:order.created:dead"
         );
         assert_eq!(dead_key_of("p:t"), "p:t:dead");
+        assert_eq!(partition_key("o:", "t", 0, 1), "o:t");
+        assert_eq!(partition_key("o:", "t", 3, 8), "o:t:3");
+        assert_eq!(partition_keys("o:", "t", 2), ["o:t:0", "o:t:1"]);
+        assert_eq!(partition_keys("o:", "t", 1), ["o:t"]);
+        assert_eq!(partitions_hash("o:"), "o:partitions");
     }
 }

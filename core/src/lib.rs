@@ -8,13 +8,14 @@
 //! | module | what it is for |
 //! |---|---|
 //! | [`entry`] | the stream entry's fields: [`Entry`] parsed from them, `created_at`'s text |
-//! | [`keys`] | `<prefix><topic>` and `<prefix><topic>:dead` |
+//! | [`keys`] | `<prefix><topic>`, `<prefix><topic>:<p>`, `<prefix><topic>:dead`, `<prefix>partitions` |
 //! | [`topic`] | the topic rule of the `outbox` table's CHECK constraint |
 //! | [`redis_conn`] | [`RedisConn`]: one server or a Redis Cluster, lazy, TLS files applied |
 //! | [`groups`] | creating a consumer group that may already exist |
 //! | [`pem`] | PEM files named by TLS settings, read and checked once |
 //! | [`backoff`] | retry and outage delays with jitter; rate-limited error logs |
 //! | [`panic`] | a caught panic's message |
+//! | [`partition`] | Kafka's murmur2 partitioner: which partition a key goes to |
 //! | [`host`] | this host's name |
 //! | `prepared` (feature `postgres`) | raw SQL a connection keeps prepared |
 
@@ -24,6 +25,7 @@ pub mod groups;
 pub mod host;
 pub mod keys;
 pub mod panic;
+pub mod partition;
 pub mod pem;
 #[cfg(feature = "postgres")]
 pub mod prepared;

@@ -1,5 +1,5 @@
-//! The built-in defaults, the bottom layer: those of the contract, and the rest chosen so that
-//! a relay started with only `DATABASE_URL` is safe. Defaults that follow `relay.lease` are
+//! The built-in defaults, the bottom layer (docs/configuration.md lists them), chosen so that a
+//! relay started with only `DATABASE_URL` is safe. Defaults that follow `relay.lease` are
 //! adjusted when the layers are merged (`layers`).
 
 use std::time::Duration;

@@ -3,9 +3,10 @@
 //! publishes to the group's topic, and `redis.trim_acked` trims only what every declared group
 //! of a stream has acknowledged.
 
-use serde::de::{self, Deserializer, SeqAccess, Visitor};
+use serde::de::Deserializer;
 use serde::{Deserialize, Serialize};
-use std::fmt;
+
+use super::pairs::{self, Pair};
 
 /// Where a new group starts reading.
 pub const START_ALL: &str = "0";
@@ -41,28 +42,30 @@ impl GroupSpec {
     }
 }
 
+impl Pair for GroupSpec {
+    const EXAMPLE: &'static str = "OUTBOX__GROUPS=orders:billing,orders:shipping";
+    const TABLE: &'static str = "{topic, name, start}";
+
+    fn from_pair(topic: &str, name: &str) -> Result<Self, String> {
+        Ok(GroupSpec::new(topic, name))
+    }
+}
+
 /// Parses `topic:name,topic:name` (each pair split at its last colon, so a topic may hold
 /// colons; blanks around items are ignored).
 pub fn parse_pairs(text: &str) -> Result<Vec<GroupSpec>, String> {
-    text.split(',')
-        .map(str::trim)
-        .filter(|item| !item.is_empty())
-        .map(|item| match item.rsplit_once(':') {
-            Some((topic, name)) => Ok(GroupSpec::new(topic.trim(), name.trim())),
-            None => Err(format!(
-                "`{item}` is not a topic:name pair (e.g. OUTBOX__GROUPS=orders:billing,orders:shipping)"
-            )),
-        })
-        .collect()
+    pairs::parse(text)
 }
 
 /// What is wrong with the declared groups, if anything.
 pub fn check(groups: &[GroupSpec]) -> Result<(), String> {
     for (n, g) in groups.iter().enumerate() {
-        if g.topic.is_empty() || g.topic.chars().any(char::is_whitespace) {
+        if !outbox_core::topic::is_valid(&g.topic) {
             return Err(format!(
-                "group `{}`: the topic must be a non-empty name without blanks, not `{}`",
-                g.name, g.topic
+                "group `{}`: the topic `{}` breaks the topic rule ({})",
+                g.name,
+                g.topic,
+                outbox_core::topic::RULE
             ));
         }
         if g.name.is_empty() || g.name.chars().any(char::is_whitespace) {
@@ -92,29 +95,7 @@ pub fn check(groups: &[GroupSpec]) -> Result<(), String> {
 
 /// Reads either form: a list of tables (TOML) or one text of pairs (the environment).
 pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<GroupSpec>, D::Error> {
-    struct Groups;
-
-    impl<'de> Visitor<'de> for Groups {
-        type Value = Vec<GroupSpec>;
-
-        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-            f.write_str("a list of {topic, name, start} tables, or topic:name pairs")
-        }
-
-        fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
-            parse_pairs(v).map_err(E::custom)
-        }
-
-        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-            let mut groups = Vec::new();
-            while let Some(group) = seq.next_element::<GroupSpec>()? {
-                groups.push(group);
-            }
-            Ok(groups)
-        }
-    }
-
-    d.deserialize_any(Groups)
+    pairs::deserialize(d)
 }
 
 #[cfg(test)]

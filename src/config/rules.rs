@@ -59,6 +59,10 @@ const RULES: &[Rule] = &[
         check: |s| super::groups::check(&s.groups),
     },
     Rule {
+        settings: &["topics"],
+        check: |s| super::topics::check(&s.topics),
+    },
+    Rule {
         settings: &["database.url"],
         check: |s| s.database.url.as_deref().map_or(Ok(()), postgres_url),
     },

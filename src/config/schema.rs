@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::groups::{self, GroupSpec};
 use super::lenient;
+use super::topics::{self, TopicSpec};
 use crate::db::SessionMode;
 
 /// All settings. Every field maps to a TOML path and to `OUTBOX__SECTION__KEY`.
@@ -33,6 +34,10 @@ pub struct Settings {
     /// Consumer groups the relay creates before it first publishes to their topic.
     #[serde(deserialize_with = "groups::deserialize")]
     pub groups: Vec<GroupSpec>,
+    /// Topics with more than one partition (one stream per partition); a topic not listed has
+    /// one.
+    #[serde(deserialize_with = "topics::deserialize")]
+    pub topics: Vec<TopicSpec>,
 }
 
 /// Postgres settings.

@@ -45,6 +45,7 @@ diesel::table! {
         paused -> Bool,
         updated_at -> Timestamptz,
         maxlen -> Nullable<Int8>,
+        partitions -> Nullable<Int4>,
     }
 }
 

@@ -1,5 +1,5 @@
-//! All SQL of `outbox_topics`: pausing and resuming, per-topic trimming, and the
-//! publish-side read of both.
+//! All SQL of `outbox_topics`: pausing and resuming, per-topic trimming, partition counts,
+//! and the publish-side read of them.
 //!
 //! A pause must be airtight: once `set_paused` returns, no replica publishes the topic. The
 //! publish transaction takes a shared advisory lock per topic before checking the flag, and
@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 
-use diesel::sql_types::{Array, BigInt, Bool, Nullable, Text};
+use diesel::sql_types::{Array, BigInt, Bool, Integer, Nullable, Text};
 use diesel::QueryableByName;
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 
@@ -26,6 +26,8 @@ struct TopicRow {
     paused: bool,
     #[diesel(sql_type = Nullable<BigInt>)]
     maxlen: Option<i64>,
+    #[diesel(sql_type = Nullable<Integer>)]
+    partitions: Option<i32>,
 }
 
 /// What a publish batch must know of its topics.
@@ -35,6 +37,8 @@ pub struct TopicStates {
     pub paused: Vec<String>,
     /// Per-topic stream trimming (`MAXLEN ~`), overriding `redis.maxlen`.
     pub maxlen: HashMap<String, u64>,
+    /// Recorded partition counts (a topic with none recorded is not here).
+    pub partitions: HashMap<String, u32>,
 }
 
 /// Inside the publish transaction: takes the shared lock of each topic, then reads their
@@ -58,8 +62,8 @@ pub async fn lock_for_publish(
     // A new statement, so a new snapshot: it sees a pause that committed while we waited.
     let rows: Vec<TopicRow> = prepared(
         diesel::sql_query(
-            "SELECT topic, paused, maxlen FROM outbox_topics
-             WHERE topic = ANY($1) AND (paused OR maxlen IS NOT NULL)",
+            "SELECT topic, paused, maxlen, partitions FROM outbox_topics
+             WHERE topic = ANY($1) AND (paused OR maxlen IS NOT NULL OR partitions IS NOT NULL)",
         )
         .bind::<Array<Text>, _>(topics),
     )
@@ -69,6 +73,9 @@ pub async fn lock_for_publish(
     for row in rows {
         if row.paused {
             states.paused.push(row.topic.clone());
+        }
+        if let Some(n) = row.partitions.and_then(|n| u32::try_from(n).ok()) {
+            states.partitions.insert(row.topic.clone(), n);
         }
         if let Some(maxlen) = row.maxlen.and_then(|m| u64::try_from(m).ok()) {
             states.maxlen.insert(row.topic, maxlen);
@@ -168,12 +175,141 @@ pub async fn known(conn: &mut AsyncPgConnection) -> Result<Vec<String>, DbError>
     Ok(rows.into_iter().map(|r| r.topic).collect())
 }
 
-/// Adds `topic` to the registry (active, no settings) unless it is there. Its metrics then
-/// exist from the first scrape of any replica, also after a restart.
-pub async fn register(conn: &mut AsyncPgConnection, topic: &str) -> Result<(), DbError> {
-    diesel::sql_query("INSERT INTO outbox_topics (topic) VALUES ($1) ON CONFLICT DO NOTHING")
-        .bind::<Text, _>(topic)
-        .execute(conn)
-        .await?;
+/// Adds `topic` to the registry (active, no settings, `partitions` as configured) unless it
+/// is there. Its metrics then exist from the first scrape of any replica, also after a
+/// restart.
+pub async fn register(
+    conn: &mut AsyncPgConnection,
+    topic: &str,
+    partitions: u32,
+) -> Result<(), DbError> {
+    diesel::sql_query(
+        "INSERT INTO outbox_topics (topic, partitions) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+    )
+    .bind::<Text, _>(topic)
+    .bind::<Integer, _>(i32::try_from(partitions).unwrap_or(1))
+    .execute(conn)
+    .await?;
     Ok(())
+}
+
+/// A topic whose configured partition count differs from the recorded one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionMismatch {
+    /// The topic.
+    pub topic: String,
+    /// Recorded in `outbox_topics`.
+    pub recorded: u32,
+    /// In this relay's settings (1 for a topic not listed).
+    pub configured: u32,
+}
+
+/// Records the configured partition counts of topics new to the registry, and one partition
+/// for topics registered before any count was recorded (they were published to one stream);
+/// then returns every topic whose recorded count differs from `configured` (a topic not in it
+/// has one partition).
+pub async fn record_partitions(
+    conn: &mut AsyncPgConnection,
+    configured: &HashMap<String, u32>,
+) -> Result<Vec<PartitionMismatch>, DbError> {
+    let (names, counts): (Vec<&str>, Vec<i32>) = configured
+        .iter()
+        .map(|(topic, n)| (topic.as_str(), i32::try_from(*n).unwrap_or(i32::MAX)))
+        .unzip();
+    conn.transaction::<_, DbError, _>(async |c| {
+        diesel::sql_query(
+            "INSERT INTO outbox_topics (topic, partitions)
+             SELECT * FROM unnest($1::text[], $2::int[])
+             ON CONFLICT DO NOTHING",
+        )
+        .bind::<Array<Text>, _>(&names)
+        .bind::<Array<Integer>, _>(&counts)
+        .execute(c)
+        .await?;
+        diesel::sql_query("UPDATE outbox_topics SET partitions = 1 WHERE partitions IS NULL")
+            .execute(c)
+            .await?;
+        #[derive(QueryableByName)]
+        struct Recorded {
+            #[diesel(sql_type = Text)]
+            topic: String,
+            #[diesel(sql_type = Integer)]
+            partitions: i32,
+        }
+        let rows: Vec<Recorded> = diesel::sql_query(
+            "SELECT topic, partitions FROM outbox_topics WHERE partitions IS NOT NULL ORDER BY topic",
+        )
+        .load(c)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|row| {
+                let recorded = u32::try_from(row.partitions).ok()?;
+                let configured = configured.get(&row.topic).copied().unwrap_or(1);
+                (recorded != configured).then_some(PartitionMismatch {
+                    topic: row.topic,
+                    recorded,
+                    configured,
+                })
+            })
+            .collect())
+    })
+    .await
+}
+
+/// The recorded partitions of `topic` (1 when none is recorded) and whether it is paused.
+pub async fn partitions_and_pause(
+    conn: &mut AsyncPgConnection,
+    topic: &str,
+) -> Result<(u32, bool), DbError> {
+    #[derive(QueryableByName)]
+    struct Row {
+        #[diesel(sql_type = Nullable<Integer>)]
+        partitions: Option<i32>,
+        #[diesel(sql_type = Bool)]
+        paused: bool,
+    }
+    let rows: Vec<Row> =
+        diesel::sql_query("SELECT partitions, paused FROM outbox_topics WHERE topic = $1")
+            .bind::<Text, _>(topic)
+            .load(conn)
+            .await?;
+    Ok(<[Row]>::first(&rows).map_or((1, false), |r| {
+        let n = r
+            .partitions
+            .and_then(|n| u32::try_from(n).ok())
+            .unwrap_or(1);
+        (n, r.paused)
+    }))
+}
+
+/// Sets `topic`'s partition count as `who`, with its audit row, once in-flight batches of the
+/// topic have committed (the exclusive side of [`lock_for_publish`]'s lock): every later batch
+/// publishes by the new count.
+pub async fn set_partitions(
+    conn: &mut AsyncPgConnection,
+    topic: &str,
+    partitions: u32,
+    who: &str,
+) -> Result<(), DbError> {
+    let topic = topic.to_string();
+    let n = i32::try_from(partitions).unwrap_or(i32::MAX);
+    conn.transaction::<_, DbError, _>(async |c| {
+        diesel::sql_query("SELECT pg_advisory_xact_lock(hashtextextended($1, $2))")
+            .bind::<Text, _>(&topic)
+            .bind::<BigInt, _>(TOPIC_LOCK)
+            .execute(c)
+            .await?;
+        diesel::sql_query(
+            "INSERT INTO outbox_topics (topic, partitions, updated_at) VALUES ($1, $2, now())
+             ON CONFLICT (topic) DO UPDATE SET partitions = EXCLUDED.partitions, updated_at = now()",
+        )
+        .bind::<Text, _>(&topic)
+        .bind::<Integer, _>(n)
+        .execute(c)
+        .await?;
+        let detail = serde_json::json!({ "partitions": partitions });
+        audit::record(c, who, "repartition", &topic, &detail).await
+    })
+    .await
 }

@@ -3,6 +3,7 @@
 //! acknowledged.
 
 use redis::Value;
+use std::collections::HashMap;
 
 use super::{classify_error, keys, PublishError, Publisher, Verdict};
 use crate::config::GroupSpec;
@@ -63,25 +64,51 @@ fn outage(e: redis::RedisError) -> PublishError {
 }
 
 impl Publisher {
-    /// Creates each of `groups` (all of `topic`) that its stream does not have yet, with the
-    /// stream itself if need be. A group that exists is left as it is. A key that is not a
-    /// stream is left to the publish, which fails its events for it.
+    /// The `<prefix>partitions` hash: each partitioned topic's count (a topic not there has
+    /// one partition).
+    pub async fn partition_counts(&self) -> Result<HashMap<String, u32>, PublishError> {
+        let mut conn = self.conn.clone();
+        let mut cmd = redis::cmd("HGETALL");
+        cmd.arg(keys::partitions_hash(&self.config.stream_prefix));
+        let read = cmd.query_async::<HashMap<String, u32>>(&mut conn);
+        match tokio::time::timeout(self.config.timeout, read).await {
+            Ok(result) => result.map_err(outage),
+            Err(_) => Err(PublishError::Outage("HGETALL partitions timed out".into())),
+        }
+    }
+
+    /// Creates each of `groups` (all of `topic`) that a stream of the topic's `partitions` does
+    /// not have yet, with the stream itself if need be. A group that exists is left as it is. A
+    /// key that is not a stream is left to the publish, which fails its events for it.
     pub async fn ensure_groups(
         &self,
         topic: &str,
         groups: &[GroupSpec],
+        partitions: u32,
     ) -> Result<(), PublishError> {
-        let key = keys::stream_key(&self.config.stream_prefix, topic);
+        for key in outbox_core::keys::partition_keys(&self.config.stream_prefix, topic, partitions)
+        {
+            self.ensure_groups_on(topic, &key, groups).await?;
+        }
+        Ok(())
+    }
+
+    async fn ensure_groups_on(
+        &self,
+        topic: &str,
+        key: &str,
+        groups: &[GroupSpec],
+    ) -> Result<(), PublishError> {
         let mut conn = self.conn.clone();
         for group in groups {
-            let create = outbox_core::groups::create(&mut conn, &key, &group.name, &group.start);
+            let create = outbox_core::groups::create(&mut conn, key, &group.name, &group.start);
             let created = match tokio::time::timeout(self.config.timeout, create).await {
                 Ok(result) => result,
                 Err(_) => return Err(PublishError::Outage("XGROUP CREATE timed out".into())),
             };
             match created {
                 Ok(true) => {
-                    tracing::info!(%topic, group = %group.name, start = %group.start, "consumer group created");
+                    tracing::info!(%topic, stream = %key, group = %group.name, start = %group.start, "consumer group created");
                 }
                 Ok(false) => {}
                 Err(e) if classify_error(&e) == Verdict::EventFault => {
@@ -93,12 +120,11 @@ impl Publisher {
         Ok(())
     }
 
-    /// Trims `topic`'s stream up to the oldest entry one of `groups` has not acknowledged.
-    pub async fn trim_acked(&self, topic: &str, groups: &[&str]) -> Result<Trim, PublishError> {
-        let key = keys::stream_key(&self.config.stream_prefix, topic);
+    /// Trims the stream `key` up to the oldest entry one of `groups` has not acknowledged.
+    pub async fn trim_acked(&self, key: &str, groups: &[&str]) -> Result<Trim, PublishError> {
         let mut conn = self.conn.clone();
         let mut cmd = redis::cmd("EVAL");
-        cmd.arg(TRIM_ACKED).arg(1).arg(&key).arg(groups);
+        cmd.arg(TRIM_ACKED).arg(1).arg(key).arg(groups);
         let reply: Value =
             match tokio::time::timeout(self.config.timeout, cmd.query_async(&mut conn)).await {
                 Ok(result) => result.map_err(outage)?,

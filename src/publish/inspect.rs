@@ -111,25 +111,31 @@ fn id_age(id: &str) -> Duration {
 }
 
 impl Publisher {
-    /// Looks at the stream of each topic, in the given order.
+    /// Looks at the streams of each topic, in the given order: its one stream, or each of its
+    /// partitions (by the counts in `<prefix>partitions`).
     pub async fn inspect_streams(
         &self,
         topics: &[String],
     ) -> Result<Vec<StreamInfo>, InspectError> {
+        let counts = self.partition_counts().await.unwrap_or_default();
         let mut out = Vec::with_capacity(topics.len());
         for topic in topics {
-            let look = self.inspect_one(topic);
-            let info = tokio::time::timeout(TIMEOUT, look)
-                .await
-                .map_err(|_| InspectError::Timeout(TIMEOUT))??;
-            out.push(info);
+            let partitions = counts.get(topic).copied().unwrap_or(1);
+            for key in keys::partition_keys(&self.config.stream_prefix, topic, partitions) {
+                let look = self.inspect_stream(topic, &key);
+                let info = tokio::time::timeout(TIMEOUT, look)
+                    .await
+                    .map_err(|_| InspectError::Timeout(TIMEOUT))??;
+                out.push(info);
+            }
         }
         Ok(out)
     }
 
-    async fn inspect_one(&self, topic: &str) -> Result<StreamInfo, InspectError> {
+    /// Looks at one stream of `topic` (one of its partitions).
+    pub async fn inspect_stream(&self, topic: &str, key: &str) -> Result<StreamInfo, InspectError> {
         let mut conn = self.conn.clone();
-        let key = keys::stream_key(&self.config.stream_prefix, topic);
+        let key = key.to_string();
         let kind: String = redis::cmd("TYPE").arg(&key).query_async(&mut conn).await?;
         let mut info = StreamInfo {
             topic: topic.to_string(),

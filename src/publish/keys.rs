@@ -14,7 +14,7 @@
 
 use std::time::Duration;
 
-pub use outbox_core::keys::stream_key;
+pub use outbox_core::keys::{partition_key, partition_keys, partitions_hash, stream_key};
 
 /// The `{...}` part that gives the dedup keys the stream's cluster slot.
 fn slot_tag(stream: &str) -> String {

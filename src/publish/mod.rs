@@ -15,12 +15,14 @@ pub mod keys;
 pub mod script;
 
 use std::borrow::Cow;
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write as _;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use outbox_core::entry::{created_at_text, field};
+use outbox_core::keys::{partition_key, partition_keys, partitions_hash};
+use outbox_core::partition;
 use redis::aio::ConnectionManager;
 use uuid::Uuid;
 
@@ -48,8 +50,9 @@ pub struct StreamEvent {
 }
 
 impl StreamEvent {
-    /// The entry's fields, in the order of the contract. Borrowed where the event already
-    /// holds the text: a batch's payloads are copied once, into the script call.
+    /// The entry's fields, in the order docs/consumers.md ("The stream entry") gives. Borrowed
+    /// where the event already holds the text: a batch's payloads are copied once, into the
+    /// script call.
     pub fn fields(&self) -> Vec<(&'static str, Cow<'_, str>)> {
         let mut fields = Vec::with_capacity(6);
         fields.push((field::ID, Cow::Owned(self.id.to_string())));
@@ -234,19 +237,62 @@ impl Publisher {
         &self.config
     }
 
-    /// Publishes one topic's chains; returns an outcome per event id, in input order.
-    ///
-    /// Events go out in script calls of at most [`CALL_BYTES`], one after the other, so a
-    /// batch of big events never turns into one call too large to finish within the timeout.
-    /// A chain that failed in one call is skipped in the next.
+    /// Publishes one topic's chains to its `partitions` streams; returns an outcome per event
+    /// id, in input order. A keyed chain goes to its key's partition
+    /// ([`outbox_core::partition::for_key`]), so one key's events stay in order in one stream;
+    /// an unkeyed event goes to the partition its (random) id falls in. Partitions go out one after the
+    /// other (on a cluster each may live on another master).
     pub async fn publish(
         &self,
         topic: &str,
         chains: &[Vec<StreamEvent>],
         maxlen: Option<u64>,
+        partitions: u32,
+    ) -> Result<Vec<(Uuid, Outcome)>, PublishError> {
+        if partitions <= 1 {
+            let stream = keys::stream_key(&self.config.stream_prefix, topic);
+            return self.publish_to(&stream, topic, chains, maxlen).await;
+        }
+        let mut by_partition: BTreeMap<u32, Vec<Vec<StreamEvent>>> = BTreeMap::new();
+        for chain in chains {
+            let Some(first) = chain.first() else { continue };
+            let partition = match &first.key {
+                Some(key) => partition::for_key(key, partitions),
+                None => (first.id.as_u128() % u128::from(partitions)) as u32,
+            };
+            by_partition
+                .entry(partition)
+                .or_default()
+                .push(chain.clone());
+        }
+        let mut outcomes: HashMap<Uuid, Outcome> = HashMap::new();
+        for (partition, chains) in by_partition {
+            let stream = partition_key(&self.config.stream_prefix, topic, partition, partitions);
+            outcomes.extend(self.publish_to(&stream, topic, &chains, maxlen).await?);
+        }
+        Ok(chains
+            .iter()
+            .flatten()
+            .map(|event| {
+                let outcome = outcomes.remove(&event.id).unwrap_or(Outcome::Skipped);
+                (event.id, outcome)
+            })
+            .collect())
+    }
+
+    /// Publishes chains to one stream; returns an outcome per event id, in input order.
+    ///
+    /// Events go out in script calls of at most [`CALL_BYTES`], one after the other, so a
+    /// batch of big events never turns into one call too large to finish within the timeout.
+    /// A chain that failed in one call is skipped in the next.
+    async fn publish_to(
+        &self,
+        stream: &str,
+        topic: &str,
+        chains: &[Vec<StreamEvent>],
+        maxlen: Option<u64>,
     ) -> Result<Vec<(Uuid, Outcome)>, PublishError> {
         let maxlen = maxlen.or(self.config.maxlen).unwrap_or(0);
-        let stream = keys::stream_key(&self.config.stream_prefix, topic);
         // Flatten in order; each event remembers its chain's index (unkeyed events are
         // chains of one, so they never share a failure).
         let mut items: Vec<(&StreamEvent, usize)> = Vec::new();
@@ -281,7 +327,7 @@ impl Publisher {
             }
             if !call.is_empty() {
                 let sent: Vec<(&StreamEvent, usize)> = call.iter().map(|&i| items[i]).collect();
-                let replies = self.invoke(&stream, topic, &sent, maxlen).await?;
+                let replies = self.invoke(stream, topic, &sent, maxlen).await?;
                 for (&i, outcome) in call.iter().zip(replies) {
                     if matches!(outcome, Outcome::Failed(_)) {
                         failed[items[i].1] = true;
@@ -366,13 +412,22 @@ impl Publisher {
         script::parse_reply(&replies, sent.len())
     }
 
-    /// Unlinks the topic's retired dedup sets (see [`keys::retired_dedup_keys`]), which
-    /// Redis then frees on its background thread; returns how many existed.
-    pub async fn sweep(&self, topic: &str) -> Result<usize, PublishError> {
-        let stream = keys::stream_key(&self.config.stream_prefix, topic);
+    /// Unlinks the retired dedup sets (see [`keys::retired_dedup_keys`]) of each stream of the
+    /// topic's `partitions`, which Redis then frees on its background thread; returns how many
+    /// existed.
+    pub async fn sweep(&self, topic: &str, partitions: u32) -> Result<usize, PublishError> {
+        let mut unlinked = 0;
+        for stream in partition_keys(&self.config.stream_prefix, topic, partitions) {
+            unlinked += self.sweep_stream(&stream).await?;
+        }
+        Ok(unlinked)
+    }
+
+    /// [`Publisher::sweep`] for one stream: its sets share its slot, so one UNLINK.
+    async fn sweep_stream(&self, stream: &str) -> Result<usize, PublishError> {
         let now = Utc::now().timestamp().max(0) as u64;
         let retired: Vec<String> =
-            keys::retired_dedup_keys(&stream, self.config.dedup_window, now).collect();
+            keys::retired_dedup_keys(stream, self.config.dedup_window, now).collect();
         if retired.is_empty() {
             return Ok(0);
         }
@@ -384,6 +439,26 @@ impl Publisher {
             Ok(Ok(n)) => Ok(n),
             Ok(Err(e)) => Err(PublishError::Outage(e.to_string())),
             Err(_) => Err(PublishError::Outage("sweep timed out".into())),
+        }
+    }
+
+    /// Sets the topic's field of the `<prefix>partitions` hash to `partitions`, for consumers
+    /// in any language.
+    pub async fn record_partitions(
+        &self,
+        topic: &str,
+        partitions: u32,
+    ) -> Result<(), PublishError> {
+        let mut conn = self.conn.clone();
+        let mut cmd = redis::cmd("HSET");
+        cmd.arg(partitions_hash(&self.config.stream_prefix))
+            .arg(topic)
+            .arg(partitions);
+        let set = cmd.query_async::<()>(&mut conn);
+        match tokio::time::timeout(self.config.timeout, set).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(PublishError::Outage(e.to_string())),
+            Err(_) => Err(PublishError::Outage("HSET partitions timed out".into())),
         }
     }
 

@@ -27,6 +27,9 @@ pub struct Claim {
     pub full: bool,
     /// Per-topic trimming of the claimed topics.
     pub maxlen: HashMap<String, u64>,
+    /// Recorded partition counts of the claimed topics (read under the same lock as the pause
+    /// flag, so a repartition waits for this batch).
+    pub partitions: HashMap<String, u32>,
 }
 
 /// Claims one batch within `limits`; see [`Claim`].
@@ -103,6 +106,7 @@ pub async fn claim_chains(
         deferred,
         full,
         maxlen: states.maxlen,
+        partitions: states.partitions,
     })
 }
 

@@ -201,6 +201,7 @@ async fn claim_and_publish(
         heads,
         deferred,
         maxlen,
+        partitions: recorded_partitions,
         full,
     } = claim_chains(c, deps.size_hint.limits(deps.limits)).await?;
     deps.size_hint.observe(
@@ -222,11 +223,17 @@ async fn claim_and_publish(
     let mut calls = Vec::with_capacity(grouped.shares.len());
     for share in grouped.shares {
         let maxlen = maxlen.get(&share.topic).copied();
+        // The recorded count wins: the configured one only stands in until it is recorded.
+        let partitions = recorded_partitions
+            .get(&share.topic)
+            .copied()
+            .unwrap_or_else(|| deps.dispatchers.configured_partitions(&share.topic));
         calls.push((
             share.topic.clone(),
             Publish {
                 chains: share.chains,
                 maxlen,
+                partitions,
             },
         ));
         rows.push((share.topic, share.rows));

@@ -38,8 +38,11 @@ pub struct Dispatcher {
     down: Option<Down>,
     /// The topic's declared consumer groups.
     groups: Arc<[GroupSpec]>,
-    /// They exist in Redis (made by this dispatcher or found there).
-    groups_made: bool,
+    /// The topic's partitions as last known: configured at start, then as each batch says.
+    partitions: u32,
+    /// The partition count whose streams have the declared groups and whose count is in the
+    /// `<prefix>partitions` hash (made by this dispatcher or found there).
+    ready_for: Option<u32>,
 }
 
 /// A topic's publishes failing in a row.
@@ -101,9 +104,12 @@ impl Actor for Dispatcher {
 
     fn started(&mut self, ctx: &mut Context<Self>) {
         crate::telemetry::topic_known(&self.topic);
-        let (db, topic) = (self.db.clone(), self.topic.clone());
+        let (db, topic, partitions) = (self.db.clone(), self.topic.clone(), self.partitions);
         actix::spawn(async move {
-            let registered = async { db.unit(async |c| topics::register(c, &topic).await).await };
+            let registered = async {
+                db.unit(async |c| topics::register(c, &topic, partitions).await)
+                    .await
+            };
             if let Err(e) = registered.await {
                 tracing::debug!(%topic, error = %e, "topic not registered; the next start tries again");
             }
@@ -111,25 +117,26 @@ impl Actor for Dispatcher {
         let every = keys::sweep_every(self.publisher.config().dedup_window);
         ctx.run_interval(every, |me, _| {
             let publisher = me.publisher.clone();
-            let topic = me.topic.clone();
+            let (topic, partitions) = (me.topic.clone(), me.partitions);
             // Beside the publishes, not ahead of them in the mailbox.
             actix::spawn(async move {
-                match publisher.sweep(&topic).await {
+                match publisher.sweep(&topic, partitions).await {
                     Ok(0) => {}
                     Ok(n) => tracing::debug!(%topic, sets = n, "retired dedup sets unlinked"),
                     Err(e) => tracing::debug!(%topic, error = %e, "dedup sweep skipped"),
                 }
             });
         });
-        if !self.groups.is_empty() {
+        if !self.groups.is_empty() || self.partitions > 1 {
+            let partitions = self.partitions;
             let (publisher, topic, groups) = (
                 self.publisher.clone(),
                 self.topic.clone(),
                 self.groups.clone(),
             );
-            let made = async move { publisher.ensure_groups(&topic, &groups).await };
-            ctx.spawn(made.into_actor(self).map(|result, act, _| match result {
-                Ok(()) => act.groups_made = true,
+            let made = async move { prepare(&publisher, &topic, &groups, partitions).await };
+            ctx.spawn(made.into_actor(self).map(move |result, act, _| match result {
+                Ok(()) => act.ready_for = Some(partitions),
                 Err(e) => {
                     tracing::debug!(topic = %act.topic, error = %e, "consumer groups wait for the first publish")
                 }
@@ -154,19 +161,23 @@ impl Handler<Publish> for Dispatcher {
         }
         let publisher = self.publisher.clone();
         let topic = self.topic.clone();
-        let groups = (!self.groups_made).then(|| self.groups.clone());
+        let partitions = msg.partitions;
+        self.partitions = partitions;
+        let groups = (self.ready_for != Some(partitions)).then(|| self.groups.clone());
         let publish = async move {
             if let Some(groups) = &groups {
-                publisher.ensure_groups(&topic, groups).await?;
+                prepare(&publisher, &topic, groups, partitions).await?;
             }
-            publisher.publish(&topic, &msg.chains, msg.maxlen).await
+            publisher
+                .publish(&topic, &msg.chains, msg.maxlen, partitions)
+                .await
         };
         Box::pin(
             catching(ActorName::Dispatcher, publish)
                 .into_actor(self)
-                .map(|result, act, ctx| {
+                .map(move |result, act, ctx| {
                     if matches!(result, Ok(Ok(_))) {
-                        act.groups_made = true;
+                        act.ready_for = Some(partitions);
                     }
                     let result = result.unwrap_or_else(|Panicked| {
                         // Restarted by its supervisor; the topic's events wait as after an
@@ -183,6 +194,22 @@ impl Handler<Publish> for Dispatcher {
     }
 }
 
+/// Before a topic's first publish with `partitions` streams: the declared groups on each of
+/// them, and the count in the `<prefix>partitions` hash (a topic of one partition has no field
+/// there unless configured).
+async fn prepare(
+    publisher: &Publisher,
+    topic: &str,
+    groups: &[GroupSpec],
+    partitions: u32,
+) -> Result<(), PublishError> {
+    publisher.ensure_groups(topic, groups, partitions).await?;
+    if partitions > 1 {
+        publisher.record_partitions(topic, partitions).await?;
+    }
+    Ok(())
+}
+
 /// The running dispatchers by topic: each started at its topic's first publish (or at start,
 /// for a topic with declared groups).
 #[derive(Clone)]
@@ -190,13 +217,20 @@ pub struct Dispatchers {
     publisher: Publisher,
     db: Db,
     groups: Arc<HashMap<String, Arc<[GroupSpec]>>>,
+    /// Configured partition counts (a topic not here has one).
+    partitions: Arc<HashMap<String, u32>>,
     by_topic: Arc<Mutex<HashMap<String, Addr<Dispatcher>>>>,
 }
 
 impl Dispatchers {
     /// An empty registry; dispatchers start when their topic first shows up, and record it in
     /// the topic registry table (through `db`). `groups` are the declared consumer groups.
-    pub fn new(publisher: Publisher, db: Db, groups: &[GroupSpec]) -> Self {
+    pub fn new(
+        publisher: Publisher,
+        db: Db,
+        groups: &[GroupSpec],
+        partitions: HashMap<String, u32>,
+    ) -> Self {
         let mut by_topic: HashMap<String, Vec<GroupSpec>> = HashMap::new();
         for group in groups {
             by_topic
@@ -213,13 +247,20 @@ impl Dispatchers {
                     .map(|(topic, groups)| (topic, groups.into()))
                     .collect(),
             ),
+            partitions: Arc::new(partitions),
             by_topic: Arc::new(Mutex::new(HashMap::new())),
         }
     }
 
-    /// Starts the dispatcher of every topic with declared groups, which creates them at once.
+    /// The configured partitions of `topic` (1 when not configured).
+    pub fn configured_partitions(&self, topic: &str) -> u32 {
+        self.partitions.get(topic).copied().unwrap_or(1)
+    }
+
+    /// Starts the dispatcher of every topic with declared groups or partitions, which creates
+    /// the groups on every stream and records the count at once.
     pub fn start_grouped(&self) {
-        for topic in self.groups.keys() {
+        for topic in self.groups.keys().chain(self.partitions.keys()) {
             self.ensure_running(topic);
         }
     }
@@ -258,7 +299,8 @@ impl Dispatchers {
                 .get(topic)
                 .cloned()
                 .unwrap_or_else(|| Arc::new([])),
-            groups_made: false,
+            partitions: self.configured_partitions(topic),
+            ready_for: None,
         };
         Supervisor::start(move |_| dispatcher)
     }

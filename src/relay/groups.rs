@@ -1,5 +1,5 @@
 //! The group keeper: every few seconds it samples each declared consumer group (lag, pending,
-//! oldest pending) into the metrics, and with `redis.trim_acked`, every `retention.interval`,
+//! oldest pending; per partition too, for a partitioned topic) into the metrics, and with `redis.trim_acked`, every `retention.interval`,
 //! trims each stream with declared groups up to the oldest entry one of them has not
 //! acknowledged. Trimming is one atomic script per stream, so any replica may run it.
 
@@ -15,7 +15,7 @@ use super::periodic::Job;
 use crate::config::GroupSpec;
 use crate::publish::groups::Trim;
 use crate::publish::inspect::InspectError;
-use crate::publish::{PublishError, Publisher};
+use crate::publish::{keys, PublishError, Publisher};
 
 /// Why a run of the keeper failed.
 #[derive(Debug, thiserror::Error)]
@@ -84,37 +84,81 @@ impl GroupKeeper {
     }
 }
 
-/// Samples every declared group, then trims when due.
+/// One declared group over all of a topic's partitions: lag and pending summed, the oldest
+/// pending entry the oldest of any partition.
+#[derive(Debug, Default)]
+struct Sample {
+    lag: Option<u64>,
+    pending: u64,
+    oldest: Option<Duration>,
+}
+
+/// Samples every declared group (on every partition of its topic, by the counts in
+/// `<prefix>partitions`), then trims when due.
 async fn run_once(keeper: GroupKeeper, trim: bool) -> Result<(), GroupsError> {
-    let topics: Vec<String> = keeper.groups.keys().cloned().collect();
-    for stream in keeper.publisher.inspect_streams(&topics).await? {
-        let Some(declared) = keeper.groups.get(&stream.topic) else {
-            continue;
-        };
-        for group in stream.groups.iter().filter(|g| declared.contains(&g.name)) {
-            crate::telemetry::group_sampled(
-                &stream.topic,
-                &group.name,
-                group.lag,
-                group.pending,
-                group.oldest_pending.as_ref().map(|(_, age)| *age),
-            );
-        }
-    }
-    if !trim {
-        return Ok(());
-    }
-    for (topic, names) in keeper.groups.iter() {
-        let names: Vec<&str> = names.iter().map(String::as_str).collect();
-        match keeper.publisher.trim_acked(topic, &names).await? {
-            Trim::Trimmed { removed, minid } => {
-                crate::telemetry::stream_trimmed(topic, removed, &minid)
+    // Without the hash (Redis away, an old relay) a topic is taken to have one stream.
+    let counts = keeper
+        .publisher
+        .partition_counts()
+        .await
+        .unwrap_or_default();
+    let prefix = keeper.publisher.config().stream_prefix.clone();
+    for (topic, declared) in keeper.groups.iter() {
+        let partitions = counts.get(topic).copied().unwrap_or(1);
+        let mut samples: BTreeMap<&str, Sample> = declared
+            .iter()
+            .map(|name| {
+                (
+                    name.as_str(),
+                    Sample {
+                        lag: Some(0),
+                        ..Sample::default()
+                    },
+                )
+            })
+            .collect();
+        for (p, key) in keys::partition_keys(&prefix, topic, partitions)
+            .iter()
+            .enumerate()
+        {
+            let stream = keeper.publisher.inspect_stream(topic, key).await?;
+            for group in &stream.groups {
+                let Some(sample) = samples.get_mut(group.name.as_str()) else {
+                    continue;
+                };
+                if partitions > 1 {
+                    crate::telemetry::partition_sampled(
+                        topic,
+                        p,
+                        &group.name,
+                        group.lag,
+                        group.pending,
+                    );
+                }
+                sample.lag = sample.lag.zip(group.lag).map(|(a, b)| a + b);
+                sample.pending += group.pending;
+                let age = group.oldest_pending.as_ref().map(|(_, age)| *age);
+                sample.oldest = sample.oldest.max(age);
             }
-            Trim::GroupMissing(group) => tracing::warn!(
-                %topic,
-                %group,
-                "stream not trimmed while a declared group is missing from it (the relay creates declared groups when it starts)"
-            ),
+        }
+        for (name, sample) in samples {
+            crate::telemetry::group_sampled(topic, name, sample.lag, sample.pending, sample.oldest);
+        }
+        if trim {
+            let names: Vec<&str> = declared.iter().map(String::as_str).collect();
+            for key in keys::partition_keys(&prefix, topic, partitions) {
+                match keeper.publisher.trim_acked(&key, &names).await? {
+                    Trim::Trimmed { removed, minid } => {
+                        crate::telemetry::stream_trimmed(topic, removed, &minid)
+                    }
+                    Trim::GroupMissing(group) => tracing::warn!(
+                        %topic,
+                        stream = %key,
+                        %group,
+                        "stream not trimmed while a declared group is missing from it (the relay creates declared groups when it starts)"
+                    ),
+                }
+            }
         }
     }
     Ok(())

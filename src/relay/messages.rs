@@ -25,6 +25,8 @@ pub struct Publish {
     pub chains: Vec<Vec<StreamEvent>>,
     /// The topic's own trimming, overriding `redis.maxlen`.
     pub maxlen: Option<u64>,
+    /// The topic's partitions (its recorded count, read with the pause flag).
+    pub partitions: u32,
 }
 
 /// A topic's publish that failed as a whole through nobody's fault: Redis, or on a cluster the

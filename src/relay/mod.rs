@@ -123,6 +123,7 @@ fn start_claiming(
             wiring.publisher.clone(),
             wiring.db.clone(),
             &settings.groups,
+            settings.configured_partitions(),
         ),
         retry: settings.retry.clone(),
         limits: crate::db::outbox::BatchLimits {

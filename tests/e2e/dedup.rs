@@ -53,7 +53,7 @@ async fn a_batch_published_again_is_all_duplicates_from_this_or_the_previous_win
         vec![event("d", Some("k2"), 3)],
     ];
     let first = publisher
-        .publish("d", &chains, None)
+        .publish("d", &chains, None, 1)
         .await
         .expect("publish");
     assert_eq!(outcomes(&first), vec![Outcome::Published; 4]);
@@ -62,7 +62,7 @@ async fn a_batch_published_again_is_all_duplicates_from_this_or_the_previous_win
     assert_eq!(order, sent, "outcomes come back in input order");
 
     let again = publisher
-        .publish("d", &chains, None)
+        .publish("d", &chains, None, 1)
         .await
         .expect("publish");
     assert_eq!(outcomes(&again), vec![Outcome::Duplicate; 4]);
@@ -76,7 +76,10 @@ async fn a_batch_published_again_is_all_duplicates_from_this_or_the_previous_win
     let () = conn.rename(&current, &previous).await.expect("rename");
     let mut mixed = chains.clone();
     mixed.push(vec![event("d", None, 4)]);
-    let third = publisher.publish("d", &mixed, None).await.expect("publish");
+    let third = publisher
+        .publish("d", &mixed, None, 1)
+        .await
+        .expect("publish");
     let mut expected = vec![Outcome::Duplicate; 4];
     expected.push(Outcome::Published);
     assert_eq!(outcomes(&third), expected);
@@ -123,7 +126,10 @@ async fn a_set_two_windows_old_is_unlinked_by_the_next_publish_and_freed_in_the_
     let publisher = publisher_at(&redis.url, &redis.prefix);
     let window = Duration::from_secs(3600);
     let old = vec![vec![event("r", None, 0)]];
-    let first = publisher.publish("r", &old, None).await.expect("publish");
+    let first = publisher
+        .publish("r", &old, None, 1)
+        .await
+        .expect("publish");
     assert_eq!(outcomes(&first), vec![Outcome::Published]);
 
     // Two windows on, what this window remembered sits in the set two buckets back (grown
@@ -148,7 +154,10 @@ async fn a_set_two_windows_old_is_unlinked_by_the_next_publish_and_freed_in_the_
     let mut batch = old.clone();
     batch.extend(recent.clone());
     batch.push(vec![event("r", None, 2)]);
-    let results = publisher.publish("r", &batch, None).await.expect("publish");
+    let results = publisher
+        .publish("r", &batch, None, 1)
+        .await
+        .expect("publish");
     assert_eq!(
         outcomes(&results),
         vec![Outcome::Published, Outcome::Duplicate, Outcome::Published],

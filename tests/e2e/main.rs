@@ -51,6 +51,7 @@ mod inbox_batches;
 mod lease;
 mod ordering;
 mod outage;
+mod partitions;
 mod pg_outage;
 mod pgbouncer;
 mod poison;

@@ -26,6 +26,7 @@ pub use self::db::{OwnPostgres, TestDb};
 pub use self::events::{assert_exactly_once, assert_per_key_order, insert_events, produce_rounds};
 pub use self::http::{form, Http, Resp};
 pub use self::pgbouncer::PgBouncer;
+pub use self::process::Logged;
 pub use self::redis::{OwnRedis, TestRedis};
 pub use self::relay::{base_env, RelayProc, TokenRelay, ADMIN_TOKEN, BIN, READ_ONLY_TOKEN};
 pub use self::tls::{Issued, TestCa};
