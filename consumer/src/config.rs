@@ -231,6 +231,24 @@ impl ConsumerConfig {
         keys::dead_key(&self.stream_prefix, topic)
     }
 
+    /// The dead stream of the stream `stream`: its topic's, also for a partition's stream
+    /// (`<prefix><topic>:<p>`), since a topic has one dead stream whatever its partitions.
+    pub(crate) fn dead_key_of_stream(&self, stream: &str) -> String {
+        for topic in &self.topics {
+            let base = keys::stream_key(&self.stream_prefix, topic);
+            let Some(rest) = stream.strip_prefix(base.as_str()) else {
+                continue;
+            };
+            let partition = rest
+                .strip_prefix(':')
+                .is_some_and(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
+            if rest.is_empty() || partition {
+                return keys::dead_key(&self.stream_prefix, topic);
+            }
+        }
+        keys::dead_key_of(stream)
+    }
+
     /// Checks every setting; the error names the first bad one.
     pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         let bad = |setting, reason: &str| {
@@ -311,6 +329,14 @@ mod tests {
         assert_eq!(c.validate(), Ok(()));
         assert_eq!(c.stream_keys(), vec!["outbox:order.created"]);
         assert_eq!(c.dead_key("order.created"), "outbox:order.created:dead");
+        assert_eq!(
+            c.dead_key_of_stream("outbox:order.created:7"),
+            "outbox:order.created:dead"
+        );
+        assert_eq!(
+            c.dead_key_of_stream("outbox:order.created"),
+            "outbox:order.created:dead"
+        );
         let several = c.clone().topics(["a", "b"]).stream_prefix("p:");
         assert_eq!(several.validate(), Ok(()));
         assert_eq!(several.stream_keys(), vec!["p:a", "p:b"]);

@@ -193,11 +193,13 @@ impl Consumer {
     ) -> redis::RedisResult<Turn> {
         let config = &self.config;
         if !state.group_ready {
-            for key in &self.keys {
+            state.streams = stream::resolve_partitions(conn, config).await?;
+            for key in &state.streams {
                 stream::ensure_group(conn, key, &config.group).await?;
             }
             state.group_ready = true;
         }
+        let streams = state.streams.clone();
         let now = Instant::now();
         let claim_due = now >= state.next_claim;
         if !state.unacked.is_empty() && (state.maybe_pending || claim_due) {
@@ -206,7 +208,7 @@ impl Consumer {
             state.unacked.clear();
         }
         if claim_due {
-            for key in &self.keys {
+            for key in &streams {
                 let claimed = stream::claim_abandoned(conn, config, key).await?;
                 if claimed > 0 {
                     tracing::info!(claimed, stream = %key, "claimed entries idle longer than claim_idle from other consumers");
@@ -217,7 +219,7 @@ impl Consumer {
         }
         if state.maybe_pending {
             let mut pending = Vec::new();
-            for key in &self.keys {
+            for key in &streams {
                 let mine = stream::pending_mine(conn, config, key).await?;
                 if !mine.is_empty() {
                     pending.push((key.clone(), mine));
@@ -230,7 +232,7 @@ impl Consumer {
             state.retry_at.clear();
             state.fresh_unattempted.clear();
         }
-        let raw = stream::read_new(conn, config, &self.keys, &state.unacked).await?;
+        let raw = stream::read_new(conn, config, &streams, &state.unacked).await?;
         state.stats.handled += state.unacked.len() as u64;
         state.unacked.clear();
         if raw.is_empty() {
@@ -418,6 +420,8 @@ enum Turn {
 /// What the loop remembers between turns.
 struct LoopState {
     group_ready: bool,
+    /// The streams read: each topic's, or each of its partitions' (resolved with the group).
+    streams: Vec<Arc<str>>,
     /// This consumer may have pending entries: look before reading new ones.
     maybe_pending: bool,
     /// Handled, not yet acknowledged (waiting for the next read, or the XACK failed).
@@ -437,6 +441,7 @@ impl LoopState {
     fn new() -> LoopState {
         LoopState {
             group_ready: false,
+            streams: Vec::new(),
             // A restart under the same name finishes what it held first.
             maybe_pending: true,
             unacked: Vec::new(),

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use futures::{FutureExt, StreamExt};
 use uuid::Uuid;
 
-use outbox_core::{keys, panic, Entry, EntryError, RedisConn};
+use outbox_core::{panic, Entry, EntryError, RedisConn};
 
 use crate::config::ConsumerConfig;
 use crate::handler::{BatchHandler, Batches, ErrorKind, Handler, HandlerError};
@@ -165,7 +165,7 @@ async fn dead_letter(
         Ok(true) => {
             tracing::warn!(
                 stream_id = %d.raw.stream_id, event_id = %d.event_id().map(|id| id.to_string()).unwrap_or_default(), deliveries, error,
-                dead_stream = %keys::dead_key_of(&d.raw.stream), "entry dead-lettered"
+                dead_stream = %ctx.config.dead_key_of_stream(&d.raw.stream), "entry dead-lettered"
             );
             Fate::DeadLettered
         }

@@ -229,3 +229,71 @@ async fn repartition_waits_for_the_declared_groups_then_switches_the_streams() {
         "pause, repartition, resume audited"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_consumer_library_reads_every_partition_in_key_order_with_one_dead_stream() {
+    use outbox_consumer::{Consumer, ConsumerConfig, Entry, HandlerError};
+    use std::sync::{Arc, Mutex};
+
+    let db = TestDb::new().await;
+    let redis = TestRedis::shared();
+    insert_events(&db, 400, 1, 12).await;
+    db.exec(
+        "INSERT INTO outbox (topic, payload, partition_key) VALUES ('t0', '{\"poison\": true, \"n\": 0}', 'k5')",
+    )
+    .await;
+    let _relay = RelayProc::spawn("parts-consume", &partitioned_env(&db, &redis, 4));
+    db.wait_until_published(Duration::from_secs(30)).await;
+
+    let config = ConsumerConfig::new(&redis.url, "t0", "billing")
+        .stream_prefix(&redis.prefix)
+        .consumer("solo")
+        .max_deliveries(2)
+        .retry(Duration::from_millis(10), Duration::from_millis(50))
+        .block(Duration::from_millis(200));
+    let consumer = Consumer::new(config).expect("config");
+    let seen: Arc<Mutex<Vec<(String, i64)>>> = Arc::default();
+    let stop = Arc::new(tokio::sync::Notify::new());
+    let run = consumer.run(
+        |entry: Entry| {
+            let (seen, stop) = (seen.clone(), stop.clone());
+            async move {
+                if entry.payload["poison"] == serde_json::json!(true) {
+                    return Err(HandlerError::retry("poison"));
+                }
+                let n = entry.payload["n"].as_i64().unwrap_or(-1);
+                let mut seen = seen.lock().map_err(|_| HandlerError::retry("lock"))?;
+                seen.push((entry.key.clone().unwrap_or_default(), n));
+                if seen.len() == 400 {
+                    stop.notify_one();
+                }
+                Ok::<(), HandlerError>(())
+            }
+        },
+        {
+            let stop = stop.clone();
+            async move { stop.notified().await }
+        },
+    );
+    tokio::time::timeout(Duration::from_secs(60), run)
+        .await
+        .expect("every event handled");
+    let seen = seen.lock().expect("lock").clone();
+    assert_eq!(seen.len(), 400);
+    let mut last: std::collections::HashMap<&str, i64> = Default::default();
+    for (key, n) in &seen {
+        if key.is_empty() {
+            continue;
+        }
+        if let Some(prev) = last.insert(key.as_str(), *n) {
+            assert!(*n > prev, "key {key}: {n} handled after {prev}");
+        }
+    }
+    // The poison event is dead-lettered to the topic's one dead stream, whatever its partition.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while redis.xlen("t0:dead").await < 1 {
+        assert!(std::time::Instant::now() < deadline, "no dead letter");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(redis.xlen("t0:dead").await, 1);
+}

@@ -8,7 +8,7 @@ use redis::{RedisResult, Value};
 use super::settle::add_acks;
 use super::{parse_entries, parse_read_reply, EntryRef, RawEntry};
 use crate::config::ConsumerConfig;
-use outbox_core::{groups, RedisConn};
+use outbox_core::{groups, keys, RedisConn};
 
 /// `XGROUP CREATE key group 0 MKSTREAM`; a group that exists already is left as it is.
 pub(crate) async fn ensure_group(conn: &mut RedisConn, key: &str, group: &str) -> RedisResult<()> {
@@ -86,4 +86,30 @@ pub(crate) async fn fetch(
         .into_iter()
         .map(|r| parse_entries(key, r).into_iter().next())
         .collect())
+}
+
+/// The streams of the configured topics, in order: `<prefix><topic>`, or for a topic with
+/// N > 1 partitions in the `<prefix>partitions` hash its N streams.
+pub(crate) async fn resolve_partitions(
+    conn: &mut RedisConn,
+    config: &ConsumerConfig,
+) -> RedisResult<Vec<Arc<str>>> {
+    let prefix = &config.stream_prefix;
+    let mut streams = Vec::new();
+    for topic in &config.topics {
+        let counts: Option<u32> = redis::cmd("HGET")
+            .arg(keys::partitions_hash(prefix))
+            .arg(topic)
+            .query_async(conn)
+            .await?;
+        match counts.unwrap_or(1) {
+            0 | 1 => streams.push(Arc::from(keys::stream_key(prefix, topic))),
+            n => streams.extend(
+                keys::partition_keys(prefix, topic, n)
+                    .into_iter()
+                    .map(Arc::from),
+            ),
+        }
+    }
+    Ok(streams)
 }

@@ -6,7 +6,7 @@ use redis::{RedisResult, Value};
 
 use super::{by_stream, EntryRef, RawEntry};
 use crate::config::ConsumerConfig;
-use outbox_core::{keys, RedisConn};
+use outbox_core::RedisConn;
 
 /// `XACK key group id...` per stream, pipelined: one round trip.
 pub(crate) async fn ack(
@@ -55,7 +55,7 @@ pub(crate) async fn dead_letter(
     error: &str,
     deliveries: u64,
 ) -> RedisResult<bool> {
-    let dead = keys::dead_key_of(&raw.stream);
+    let dead = config.dead_key_of_stream(&raw.stream);
     let mut fields: Vec<(&str, Vec<u8>)> = raw
         .fields
         .iter()
