@@ -137,14 +137,20 @@ pub async fn set_settings(
     .await
 }
 
-/// Inside a transaction: waits for in-flight batches of the topic (the exclusive side of
-/// the lock [`lock_for_publish`] takes shared), then writes the flag.
-async fn write_paused(c: &mut AsyncPgConnection, topic: &str, paused: bool) -> Result<(), DbError> {
+/// Inside a transaction: waits for in-flight batches of the topic, and holds later ones back
+/// until commit (the exclusive side of the lock [`lock_for_publish`] takes shared).
+async fn lock_exclusively(c: &mut AsyncPgConnection, topic: &str) -> Result<(), DbError> {
     diesel::sql_query("SELECT pg_advisory_xact_lock(hashtextextended($1, $2))")
         .bind::<Text, _>(topic)
         .bind::<BigInt, _>(TOPIC_LOCK)
         .execute(c)
         .await?;
+    Ok(())
+}
+
+/// Inside a transaction: waits for in-flight batches of the topic, then writes the flag.
+async fn write_paused(c: &mut AsyncPgConnection, topic: &str, paused: bool) -> Result<(), DbError> {
+    lock_exclusively(c, topic).await?;
     diesel::sql_query(
         "INSERT INTO outbox_topics (topic, paused, updated_at) VALUES ($1, $2, now())
          ON CONFLICT (topic) DO UPDATE SET paused = EXCLUDED.paused, updated_at = now()",
@@ -295,11 +301,7 @@ pub async fn set_partitions(
     let topic = topic.to_string();
     let n = i32::try_from(partitions).unwrap_or(i32::MAX);
     conn.transaction::<_, DbError, _>(async |c| {
-        diesel::sql_query("SELECT pg_advisory_xact_lock(hashtextextended($1, $2))")
-            .bind::<Text, _>(&topic)
-            .bind::<BigInt, _>(TOPIC_LOCK)
-            .execute(c)
-            .await?;
+        lock_exclusively(c, &topic).await?;
         diesel::sql_query(
             "INSERT INTO outbox_topics (topic, partitions, updated_at) VALUES ($1, $2, now())
              ON CONFLICT (topic) DO UPDATE SET partitions = EXCLUDED.partitions, updated_at = now()",

@@ -24,7 +24,13 @@ async fn groups_of(redis: &TestRedis, topic: &str) -> Vec<(String, u64, String)>
 }
 
 /// Reads up to `count` new entries as `consumer` of `group`; acknowledges the first `ack`.
-async fn read(redis: &TestRedis, topic: &str, group: &str, count: usize, ack: usize) -> usize {
+pub(crate) async fn read(
+    redis: &TestRedis,
+    topic: &str,
+    group: &str,
+    count: usize,
+    ack: usize,
+) -> usize {
     let mut c = redis.conn().await;
     let opts = StreamReadOptions::default()
         .group(group, "reader")

@@ -7,7 +7,6 @@ use std::collections::HashSet;
 use std::process::Command;
 use std::time::Duration;
 
-use redis::streams::{StreamReadOptions, StreamReadReply};
 use redis::AsyncCommands;
 
 use crate::support::*;
@@ -130,27 +129,9 @@ async fn each_key_goes_to_its_kafka_partition_in_order_and_another_count_is_refu
 
 /// Reads and acknowledges, as `group`, everything in the streams of `topic`'s `partitions`.
 async fn consume_all(redis: &TestRedis, topic: &str, partitions: u32, group: &str) -> usize {
-    let mut c = redis.conn().await;
     let mut n = 0;
     for p in 0..partitions {
-        let stream = redis.stream(&format!("{topic}:{p}"));
-        let opts = StreamReadOptions::default()
-            .group(group, "test")
-            .count(100_000);
-        let reply: StreamReadReply = c
-            .xread_options(&[&stream], &[">"], &opts)
-            .await
-            .expect("xreadgroup");
-        let ids: Vec<String> = reply
-            .keys
-            .into_iter()
-            .flat_map(|k| k.ids)
-            .map(|e| e.id)
-            .collect();
-        if !ids.is_empty() {
-            let _: u64 = c.xack(&stream, group, &ids).await.expect("xack");
-        }
-        n += ids.len();
+        n += crate::groups::read(redis, &format!("{topic}:{p}"), group, 100_000, 100_000).await;
     }
     n
 }
