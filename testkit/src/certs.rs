@@ -226,13 +226,19 @@ mod tests {
         Ok(())
     }
 
-    #[test]
-    fn a_client_trusting_the_ca_accepts_its_server_for_the_named_host_only() {
+    /// A CA in a temp dir (removed when the first value drops) and its `localhost` server.
+    fn setup() -> (tempfile::TempDir, Ca, Issued) {
         let dir = tempfile::tempdir().expect("tempdir");
         let ca = Ca::new(dir.path(), "test-ca").expect("a CA");
         let server = ca
             .server("server", "localhost")
             .expect("a server certificate");
+        (dir, ca, server)
+    }
+
+    #[test]
+    fn a_client_trusting_the_ca_accepts_its_server_for_the_named_host_only() {
+        let (_dir, ca, server) = setup();
         assert!(handshake(&ca, &server, "localhost", None).is_ok());
         assert!(handshake(&ca, &server, "example.org", None).is_err());
         let by_ip = ca.server("by-ip", "127.0.0.1").expect("an IP certificate");
@@ -244,11 +250,7 @@ mod tests {
 
     #[test]
     fn client_and_cluster_node_certificates_pass_mutual_tls() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let ca = Ca::new(dir.path(), "test-ca").expect("a CA");
-        let server = ca
-            .server("server", "localhost")
-            .expect("a server certificate");
+        let (_dir, ca, server) = setup();
         let client = ca
             .client("client", "outbox-relay")
             .expect("a client certificate");
@@ -268,8 +270,7 @@ mod tests {
     #[test]
     fn keys_are_readable_by_their_owner_only() {
         use std::os::unix::fs::PermissionsExt as _;
-        let dir = tempfile::tempdir().expect("tempdir");
-        let ca = Ca::new(dir.path(), "test-ca").expect("a CA");
+        let (dir, ca, _) = setup();
         let issued = ca
             .client("client", "someone")
             .expect("a client certificate");
