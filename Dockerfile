@@ -22,18 +22,23 @@ WORKDIR /src
 # 1. Dependencies only, cached until the manifests or Cargo.lock change: build the locked
 #    dependency graph against stub targets. (If the crate gains targets declared in
 #    Cargo.toml with explicit paths, or workspace members, stub them here too.)
+#    testkit/ and bench/ are workspace members the image does not build: cargo only needs
+#    their manifests and a lib.rs to load the workspace.
 COPY Cargo.toml Cargo.lock ./
 COPY core/Cargo.toml core/
 COPY consumer/Cargo.toml consumer/
-RUN mkdir src core/src consumer/src \
+COPY testkit/Cargo.toml testkit/
+COPY bench/Cargo.toml bench/
+RUN mkdir src core/src consumer/src testkit/src bench/src \
  && echo 'fn main() {}' > src/main.rs \
- && touch src/lib.rs core/src/lib.rs consumer/src/lib.rs \
+ && touch src/lib.rs core/src/lib.rs consumer/src/lib.rs testkit/src/lib.rs bench/src/lib.rs \
  && cargo build --release --locked \
- && rm -rf src core/src consumer/src
+ && rm -rf src core/src consumer/src testkit/src bench/src
 
-# 2. The crate itself and the workspace's core/ and consumer/ crates. build.rs, migrations/ (embedded at
-#    compile time; the consumer crate includes the inbox's) and the UI's static assets
-#    (include_str!) come with the sources; .dockerignore keeps the rest out.
+# 2. The crate itself and the workspace's core/ and consumer/ crates (testkit/ and bench/ come
+#    along for the workspace to load, unbuilt). build.rs, migrations/ (embedded at compile
+#    time; the consumer crate includes the inbox's) and the UI's static assets (include_str!)
+#    come with the sources; .dockerignore keeps the rest out.
 COPY . .
 # COPY keeps the sources' modification times, which may be older than the stubs' build:
 # touch them so cargo rebuilds the crate rather than keep the stub.
@@ -55,6 +60,6 @@ USER 65532:65532
 # address requires) to reach it from outside the container; k8s/base does so.
 EXPOSE 8080
 # Writes nothing to disk (logs go to stderr), so it runs with a read-only root filesystem.
-# Only `bench` writes files (bench-results/): it is not meant to run in this image.
+# The benchmark is another binary (outbox-bench), not in this image.
 ENTRYPOINT ["/usr/local/bin/outbox-relay"]
 CMD ["run"]

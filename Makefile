@@ -34,10 +34,14 @@ screenshots: services browser ## retake docs/screenshots/*.png of every UI page
 	cargo test --test e2e ui::screenshots -- --ignored
 
 BENCH_ARGS ?= --repeat 3
-bench: services ## measure speed (release build): drain, latency, replicas, hot key, references, median of 3 rounds; JSON in bench-results/
-	cargo run --release --quiet -- bench $(BENCH_ARGS)
+# outbox-bench runs the outbox-relay binary beside it, which `cargo run -p outbox-bench` alone
+# would not build (or rebuild): both are built first.
+bench: services ## measure speed (release build of outbox-bench and outbox-relay): drain, latency, replicas, hot key, references, median of 3 rounds; JSON in bench-results/
+	cargo build --release --quiet --bins -p outbox-relay -p outbox-bench
+	cargo run --release --quiet -p outbox-bench -- $(BENCH_ARGS)
 
-lint: ## formatting and clippy, warnings as errors
+# --workspace: the relay, core/, consumer/, and the unshipped testkit/ and bench/.
+lint: ## formatting and clippy of every crate of the workspace, warnings as errors
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
 	cargo clippy --workspace --all-targets $(TEST_FEATURES) -- -D warnings

@@ -1,5 +1,4 @@
-//! The command line (clap): `migrate`, `run`, `demo`, `bench`, `tail`, each taking
-//! `--config FILE`.
+//! The command line (clap): `migrate`, `run`, `demo`, `tail`, each taking `--config FILE`.
 
 use std::path::PathBuf;
 
@@ -25,8 +24,6 @@ pub enum Command {
     Run(CommonArgs),
     /// Create a local database, migrate, and run the relay with a sample producer.
     Demo(DemoArgs),
-    /// Measure speed on the local Postgres and Redis (fresh databases; prints a table).
-    Bench(BenchArgs),
     /// Print a topic's stream entries as they arrive, one JSON object per line.
     Tail(TailArgs),
     /// Change a topic's partition count, keeping per-key order for its declared groups.
@@ -69,59 +66,6 @@ pub struct TailArgs {
     /// Read only this partition of a partitioned topic (default: all of them).
     #[arg(long, value_name = "P")]
     pub partition: Option<u32>,
-}
-
-/// Flags of `bench`.
-#[derive(Debug, Args, Clone)]
-pub struct BenchArgs {
-    /// The common flags (`--database-url` names the Postgres server; each scenario creates
-    /// its own database there).
-    #[command(flatten)]
-    pub common: CommonArgs,
-    /// Events preloaded per drain scenario.
-    #[arg(long, default_value_t = 200_000)]
-    pub events: u64,
-    /// Steady producer rates for the latency scenario, events/s.
-    #[arg(long, value_delimiter = ',', default_value = "1000,5000")]
-    pub rates: Vec<u64>,
-    /// Steady rates measured again with NOTIFY off and the relay polling every 10 ms.
-    #[arg(long, value_delimiter = ',', default_value = "5000")]
-    pub polled_rates: Vec<u64>,
-    /// Steady rates measured again with producers always notifying (`relay.quiet_above = 0`).
-    #[arg(long, value_delimiter = ',', default_value = "5000")]
-    pub notify_always_rates: Vec<u64>,
-    /// Duration of each steady rate.
-    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
-    pub duration: std::time::Duration,
-    /// Published rows the bloat scenario's backlog sits behind.
-    #[arg(long, default_value_t = 1_000_000)]
-    pub bloat_rows: u64,
-    /// Rounds of the throughput scenarios; each reports its median round (a shared machine's
-    /// speed drifts from one minute to the next).
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=20))]
-    pub repeat: u32,
-    /// Steady rate of the soak run, events/s (run only when `--only` names `soak`).
-    #[arg(long, default_value_t = 2000)]
-    pub soak_rate: u64,
-    /// Duration of the soak run: latency per minute and the table's state at its end.
-    #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
-    pub soak_duration: std::time::Duration,
-    /// During the soak run, `VACUUM (ANALYZE) outbox` at this interval: autovacuum's work, on a
-    /// server where autovacuum is off (as on this project's CI machine).
-    #[arg(long, value_parser = humantime::parse_duration)]
-    pub soak_vacuum: Option<std::time::Duration>,
-    /// During the soak run, the relay deletes each row as it publishes it
-    /// (`retention.published_for = 0s`) instead of keeping it for retention.
-    #[arg(long)]
-    pub soak_delete: bool,
-    /// Only these scenarios (drain, replicas, bloat, hotkey, baseline, ceiling, tls, cluster,
-    /// endtoend, latency;
-    /// `soak` runs only when named here).
-    #[arg(long, value_delimiter = ',')]
-    pub only: Vec<String>,
-    /// Directory for the JSON results.
-    #[arg(long, default_value = "bench-results")]
-    pub out: std::path::PathBuf,
 }
 
 /// Flags every command takes. They override the file and the environment.

@@ -2,17 +2,16 @@
 //! settings it cannot run without, and the call that runs it. `main` only parses the command
 //! line, reports errors and picks the exit status.
 
-use crate::cli::{BenchArgs, Command};
+use crate::cli::Command;
 use crate::config::{ConfigError, Settings};
 use crate::tail;
-use crate::{app, bench, demo};
+use crate::{app, demo};
 
 /// Loads and checks the settings `command` runs with.
 pub fn settings_for(command: &Command) -> Result<Settings, ConfigError> {
     let (base, common) = match command {
         Command::Migrate(c) | Command::Run(c) => (Settings::default(), c),
         Command::Demo(d) => (demo::default_settings(), &d.common),
-        Command::Bench(b) => (Settings::default(), &b.common),
         Command::Tail(t) => (Settings::default(), &t.common),
         Command::Repartition(r) => (Settings::default(), &r.common),
     };
@@ -25,7 +24,7 @@ pub fn settings_for(command: &Command) -> Result<Settings, ConfigError> {
             settings.database_url()?;
             app::check_admin_exposure(&settings)?;
         }
-        Command::Demo(_) | Command::Bench(_) => app::check_admin_exposure(&settings)?,
+        Command::Demo(_) => app::check_admin_exposure(&settings)?,
         Command::Tail(_) => {}
     }
     Ok(settings)
@@ -37,7 +36,6 @@ pub async fn execute(command: Command, settings: Settings) -> anyhow::Result<()>
         Command::Migrate(_) => app::migrate(&settings).await,
         Command::Run(_) => app::run(settings).await,
         Command::Demo(d) => demo::run(settings, d.rate).await,
-        Command::Bench(b) => bench::run(bench_options(b, &settings)).await.map(|_| ()),
         Command::Tail(t) => {
             let options = tail::TailOptions {
                 topic: t.topic,
@@ -49,29 +47,5 @@ pub async fn execute(command: Command, settings: Settings) -> anyhow::Result<()>
             Ok(tail::run(&settings, options).await?)
         }
         Command::Repartition(r) => crate::repartition::run(&settings, &r.topic, r.partitions).await,
-    }
-}
-
-fn bench_options(b: BenchArgs, settings: &Settings) -> bench::BenchOptions {
-    bench::BenchOptions {
-        events: b.events,
-        rates: b.rates,
-        polled_rates: b.polled_rates,
-        notify_always_rates: b.notify_always_rates,
-        bloat_rows: b.bloat_rows,
-        soak_rate: b.soak_rate,
-        soak_duration: b.soak_duration,
-        soak_vacuum: b.soak_vacuum,
-        soak_delete: b.soak_delete,
-        repeat: b.repeat,
-        duration: b.duration,
-        only: b.only,
-        out_dir: b.out,
-        postgres_url: settings
-            .database
-            .url
-            .clone()
-            .unwrap_or_else(|| "postgres://postgres@127.0.0.1:5432/postgres".into()),
-        redis_url: settings.redis.url.clone(),
     }
 }

@@ -16,12 +16,13 @@
 //!   without breaking per-key order for its declared groups.
 //! - [`tail`]: `outbox-relay tail`, a topic's entries as JSON lines (the consumer side itself is
 //!   the `outbox-consumer` crate in `consumer/`).
-//! - [`bench`]: the benchmark command (`outbox-relay bench`).
 //! - [`telemetry`]: logs and metrics, one function per event.
+//!
+//! Not shipped here: the benchmark (the `outbox-bench` binary, `bench/`) and the test rigs
+//! (local Redis Cluster, test CA: `outbox-testkit`, `testkit/`) are crates of their own.
 
 pub mod admin;
 pub mod app;
-pub mod bench;
 pub mod cli;
 pub mod commands;
 pub mod config;

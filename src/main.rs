@@ -10,15 +10,6 @@ use outbox_relay::cli::Cli;
 use outbox_relay::commands;
 use outbox_relay::config::ConfigError;
 
-fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
-}
-
 fn main() -> ExitCode {
     let cli = Cli::parse();
     // One TLS implementation for Postgres and Redis; installing it cannot fail but once.
@@ -30,7 +21,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    init_tracing();
+    outbox_relay::telemetry::install_logs();
     let system = actix_rt::System::new();
     match system.block_on(commands::execute(cli.command, settings)) {
         Ok(()) => ExitCode::SUCCESS,

@@ -45,6 +45,17 @@ pub fn spawn_upkeep(handle: PrometheusHandle) {
     });
 }
 
+/// Logs to stderr, filtered by `RUST_LOG` (default `info`). Shared by the relay's binary
+/// and the benchmark's, so both read the same filter the same way.
+pub fn install_logs() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
 /// Installs the global metrics recorder; returns the handle `/metrics` renders.
 pub fn install_metrics() -> Option<PrometheusHandle> {
     let builder = PrometheusBuilder::new()

@@ -28,7 +28,6 @@
 //! | [`tail`] | `outbox-relay tail`: JSON lines, `--from`, `--count`, `--group` acknowledging |
 //! | [`cli`] | bad settings exit 2, `--help`, concurrent `migrate` |
 //! | [`demo`] | `outbox-relay demo` end to end |
-//! | [`bench_smoke`] | a short `outbox-relay bench` run |
 //! | [`api`] | the admin JSON API: auth, validation, pagination, idempotency, steering, audit |
 //! | [`ui`] | the web UI in headless Chromium and over plain HTTP |
 //!
@@ -36,7 +35,6 @@
 //! test traffic, HTTP.
 
 pub mod api;
-mod bench_smoke;
 mod big_events;
 mod claim;
 mod cli;

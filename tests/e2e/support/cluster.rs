@@ -1,11 +1,11 @@
-//! A Redis Cluster of the test's own: the bench's [`LocalCluster`] (three masters, no
+//! A Redis Cluster of the test's own: the testkit's [`LocalCluster`] (three masters, no
 //! replicas), with an append-only file synced on every write, so a master killed with SIGKILL
 //! comes back with its identity, its slots and every write it acknowledged; the other masters
 //! keep serving their slots meanwhile. Here: who owns a slot, and moving a slot by hand.
 
 use std::time::Duration;
 
-use outbox_relay::bench::cluster::{LocalCluster, NodeTls, Persistence};
+use outbox_testkit::cluster::{LocalCluster, NodeTls, Persistence};
 
 use super::{TestCa, TestRedis};
 

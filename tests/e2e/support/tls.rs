@@ -1,8 +1,8 @@
-//! A certificate authority of the test's own (`outbox_relay::bench::certs`, made with
-//! `openssl`), its files in a temp dir that lives as long as it does.
+//! A certificate authority of the test's own (`outbox_testkit::certs`, made in process), its
+//! files in a temp dir that lives as long as it does.
 
-use outbox_relay::bench::certs::Ca;
-pub use outbox_relay::bench::certs::Issued;
+use outbox_testkit::certs::Ca;
+pub use outbox_testkit::certs::Issued;
 
 /// A CA and the directory its files live in.
 pub struct TestCa {
@@ -16,7 +16,7 @@ impl TestCa {
     /// A new CA named `name`.
     pub fn new(name: &str) -> TestCa {
         let dir = tempfile::tempdir().expect("tempdir");
-        let ca = Ca::new(dir.path(), name).expect("make a CA with openssl");
+        let ca = Ca::new(dir.path(), name).expect("make a CA");
         TestCa {
             cert: ca.cert.clone(),
             _dir: dir,
@@ -24,10 +24,10 @@ impl TestCa {
         }
     }
 
-    /// A server certificate for host name `dns`.
-    pub fn server(&self, name: &str, dns: &str) -> Issued {
+    /// A server certificate for `host` (a host name or an IP address).
+    pub fn server(&self, name: &str, host: &str) -> Issued {
         self.ca
-            .server(name, dns)
+            .server(name, host)
             .expect("issue a server certificate")
     }
 

@@ -1,19 +1,23 @@
 //! The TLS scenario: the same drain with Postgres and Redis over TLS and without, in the same
 //! round. Two redis-servers of its own, started alike (one plain, one TLS-only with a
-//! certificate from a CA made with `openssl`, see `certs`), and the local Postgres with `sslmode=require`
-//! against `sslmode=disable` (Debian's server has TLS on, with its snakeoil certificate).
+//! certificate from a CA of `outbox_testkit::certs`), and the local Postgres with
+//! `sslmode=require` against `sslmode=disable` (Debian's server has TLS on, with its snakeoil
+//! certificate).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
+use outbox_testkit::certs::Ca;
 
-use super::BenchEnv;
+use crate::BenchEnv;
 
 /// The two redis-servers and the CA, removed on drop.
 pub struct TlsServers {
     dir: PathBuf,
+    /// The CA's certificate, which the TLS side trusts.
+    ca_cert: PathBuf,
     servers: Vec<Child>,
     plain_port: u16,
     tls_port: u16,
@@ -42,7 +46,7 @@ impl TlsServers {
     pub fn start() -> anyhow::Result<TlsServers> {
         let dir = std::env::temp_dir().join(format!("outbox-bench-tls-{}", uuid::Uuid::new_v4()));
         std::fs::create_dir_all(&dir)?;
-        let ca = super::certs::Ca::new(&dir, "bench-ca")?;
+        let ca = Ca::new(&dir, "bench-ca")?;
         let server = ca.server("server", "localhost")?;
         let (plain_port, tls_port) = (free_port()?, free_port()?);
         let plain = redis_server(&dir, &["--port".into(), plain_port.to_string()])?;
@@ -63,6 +67,7 @@ impl TlsServers {
         )?;
         let me = TlsServers {
             dir,
+            ca_cert: ca.cert,
             servers: vec![plain, tls],
             plain_port,
             tls_port,
@@ -101,8 +106,9 @@ impl TlsServers {
             } else {
                 format!("redis://127.0.0.1:{}", self.plain_port)
             },
-            redis_ca: tls.then(|| self.dir.join("ca.crt")),
+            redis_ca: tls.then(|| self.ca_cert.clone()),
             cluster: false,
+            ..base.clone()
         })
     }
 }

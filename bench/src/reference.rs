@@ -10,10 +10,10 @@ use diesel::sql_types::{Text, Uuid as SqlUuid};
 use diesel::QueryableByName;
 use diesel_async::{AsyncConnection, RunQueryDsl};
 use futures::future::try_join_all;
+use outbox_relay::db::{outbox, DbError};
+use outbox_relay::relay::claim::claim_chains;
 
-use super::harness::{self, BenchEnv, Drain, Scratch, Shape, Usage};
-use crate::db::{outbox, DbError};
-use crate::relay::claim::claim_chains;
+use crate::harness::{self, BenchEnv, Drain, Scratch, Shape, Usage};
 
 #[derive(QueryableByName)]
 struct SeedRow {
@@ -74,7 +74,7 @@ pub const CEILING_LOOPS: usize = 2;
 
 /// The relay's claim and mark with no Redis: what Postgres allows this design.
 pub async fn ceiling(env: &BenchEnv, n: u64) -> anyhow::Result<Drain> {
-    let defaults = crate::config::Settings::default();
+    let defaults = outbox_relay::config::Settings::default();
     let workers = std::env::var("BENCH_CEILING_LOOPS")
         .ok()
         .and_then(|v| v.parse::<usize>().ok())
@@ -88,7 +88,7 @@ pub async fn ceiling(env: &BenchEnv, n: u64) -> anyhow::Result<Drain> {
         let loops = (0..workers).map(|_| {
             let url = scratch.url.clone();
             async move {
-                let mut c = super::harness::pg(&url).await?;
+                let mut c = harness::pg(&url).await?;
                 let mut idle = 0;
                 while idle < 3 {
                     let claimed = c

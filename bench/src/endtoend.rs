@@ -7,8 +7,6 @@
 //! bench's, and note when each effect's commit returned, on the clock the producers note
 //! their commits with.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use diesel::sql_types::{Array, BigInt, Timestamptz, Uuid as SqlUuid};
@@ -19,7 +17,9 @@ use outbox_consumer::{Batches, Consumer, ConsumerConfig, Entry, HandlerError};
 use outbox_core::prepared::prepared;
 use tokio::sync::watch;
 
-use super::harness::{self, BenchEnv, Scratch, Shape, Usage, TOPICS};
+use crate::harness::{self, BenchEnv, Scratch, Shape, Usage, TOPICS};
+use crate::percentiles::Percentiles;
+use crate::traffic::Moments;
 
 /// The consumers' group on every bench topic.
 pub const GROUP: &str = "bench";
@@ -44,9 +44,6 @@ pub fn groups_setting() -> String {
         .join(",")
 }
 
-/// When each event's effect commit returned.
-pub type Applied = Arc<Mutex<HashMap<uuid::Uuid, Instant>>>;
-
 /// Consumers applying effects until dropped (then they finish what they hold and stop).
 pub struct Consumers {
     stop: watch::Sender<bool>,
@@ -56,7 +53,7 @@ pub struct Consumers {
 impl Consumers {
     /// [`CONSUMERS`] inbox consumers of every bench topic of `scratch`, on a runtime of two
     /// worker threads; each effect's commit time goes into `applied`.
-    pub fn start(scratch: &Scratch, env: &BenchEnv, applied: Applied) -> anyhow::Result<Consumers> {
+    pub fn start(scratch: &Scratch, env: &BenchEnv, applied: Moments) -> anyhow::Result<Consumers> {
         anyhow::ensure!(
             !env.cluster && env.redis_ca.is_none(),
             "the end-to-end scenario runs on a plain single Redis"
@@ -83,6 +80,18 @@ impl Consumers {
             thread: Some(thread),
         })
     }
+
+    /// Waits (a minute at most) until `total` effects are committed, stops the consumers, and
+    /// prints the consumers' share of the latency.
+    pub async fn settle(self, scratch: &Scratch, total: u64) -> anyhow::Result<()> {
+        let mut conn = scratch.conn().await?;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while effects(&mut conn).await? < total && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        drop(self);
+        print_stream_to_effect(&mut conn).await
+    }
 }
 
 impl Drop for Consumers {
@@ -99,7 +108,7 @@ async fn consume(
     redis_url: &str,
     prefix: &str,
     stopped: watch::Receiver<bool>,
-    applied: Applied,
+    applied: Moments,
 ) -> anyhow::Result<()> {
     let manager = AsyncDieselConnectionManager::<AsyncPgConnection>::new(url);
     // No ping before each checkout: the transaction itself finds a dead connection.
@@ -185,7 +194,7 @@ pub async fn drain(env: &BenchEnv, n: u64) -> anyhow::Result<harness::Drain> {
         async |scratch: &Scratch| {
             let mut conn = scratch.conn().await?;
             let started = Instant::now();
-            let consumers = Consumers::start(scratch, env, Applied::default())?;
+            let consumers = Consumers::start(scratch, env, Moments::default())?;
             let relay = harness::RelayProcess::start(scratch, env, "bench-e2e", &extra)?;
             let deadline = started + Duration::from_secs(600);
             while effects(&mut conn).await? < n {
@@ -246,17 +255,17 @@ pub async fn print_stream_to_effect(conn: &mut AsyncPgConnection) -> anyhow::Res
             "extract(epoch FROM created_at)::float8 * 1000",
         ),
     ] {
-        let ms = effect_delays(conn, since).await?;
+        let ms = Percentiles::from_ms(effect_delays(conn, since).await?)?;
         eprintln!(
             "bench: end to end: {what} p50 {:.1} ms, p99 {:.1} ms",
-            super::latency::percentile(&ms, 50.0).unwrap_or(0.0),
-            super::latency::percentile(&ms, 99.0).unwrap_or(0.0)
+            ms.ms(50.0).unwrap_or(0.0),
+            ms.ms(99.0).unwrap_or(0.0)
         );
     }
     Ok(())
 }
 
-/// Every effect's `applied_at` minus `since` (an SQL expression in ms), sorted.
+/// Every effect's `applied_at` minus `since` (an SQL expression in ms).
 async fn effect_delays(conn: &mut AsyncPgConnection, since: &str) -> anyhow::Result<Vec<f64>> {
     #[derive(diesel::QueryableByName)]
     struct Ms {
@@ -265,7 +274,7 @@ async fn effect_delays(conn: &mut AsyncPgConnection, since: &str) -> anyhow::Res
     }
     let rows: Vec<Ms> = diesel::sql_query(format!(
         "SELECT greatest(extract(epoch FROM applied_at)::float8 * 1000 - {since}, 0) AS ms
-         FROM bench_effects ORDER BY 1"
+         FROM bench_effects"
     ))
     .load(conn)
     .await?;

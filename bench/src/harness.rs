@@ -10,8 +10,10 @@ use diesel::QueryableByName;
 use diesel_async::{AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
 use uuid::Uuid;
 
-use super::Figure;
-use crate::publish::connect::{self, RedisConn};
+use outbox_relay::publish::connect::{self, RedisConn};
+
+use crate::machine::{Load, Meter};
+use crate::Figure;
 
 /// Topics of the mixed workload.
 pub const TOPICS: u64 = 10;
@@ -27,16 +29,19 @@ pub struct BenchEnv {
     pub redis_ca: Option<std::path::PathBuf>,
     /// Redis is a cluster (`redis.cluster = true` for the relays).
     pub cluster: bool,
+    /// The `outbox-relay` binary the relays run.
+    pub relay_bin: std::path::PathBuf,
 }
 
 impl BenchEnv {
-    /// The environment at these URLs.
-    pub fn new(postgres_url: &str, redis_url: &str) -> Self {
+    /// The environment at these URLs, with relays of `relay_bin`.
+    pub fn new(postgres_url: &str, redis_url: &str, relay_bin: &std::path::Path) -> Self {
         BenchEnv {
             postgres_url: postgres_url.to_string(),
             redis_url: redis_url.to_string(),
             redis_ca: None,
             cluster: false,
+            relay_bin: relay_bin.to_path_buf(),
         }
     }
 
@@ -72,7 +77,7 @@ impl BenchEnv {
 
 /// A Postgres connection as the relay makes them (TLS as the URL's `sslmode` says).
 pub async fn pg(url: &str) -> anyhow::Result<AsyncPgConnection> {
-    Ok(crate::db::tls::connect(url).await?)
+    Ok(outbox_relay::db::tls::connect(url).await?)
 }
 
 /// A fresh, migrated database and stream prefix; removed by [`Scratch::cleanup`].
@@ -102,7 +107,7 @@ impl Scratch {
             .batch_execute(&format!("CREATE DATABASE {name}"))
             .await?;
         let url = url_with_db(&env.postgres_url, &name)?;
-        crate::db::migrate::run_pending(&url).await?;
+        outbox_relay::db::migrate::run_pending(&url).await?;
         if let Ok(extra) = std::env::var("BENCH_EXTRA_SQL") {
             pg(&url).await?.batch_execute(&extra).await?;
         }
@@ -168,7 +173,7 @@ impl Scratch {
 /// A connection to the bench's Redis, or to its cluster (commands routed by key), over TLS
 /// when the environment has a CA, with a generous response timeout.
 pub fn redis_link(env: &BenchEnv) -> anyhow::Result<RedisConn> {
-    let settings = crate::config::RedisSettings {
+    let settings = outbox_relay::config::RedisSettings {
         url: env.redis_url.clone(),
         cluster: env.cluster,
         timeout: Duration::from_secs(30),
@@ -251,7 +256,7 @@ pub async fn pending(conn: &mut AsyncPgConnection) -> anyhow::Result<i64> {
     Ok(c.n)
 }
 
-/// A relay process of this binary.
+/// A relay process (`outbox-relay run`).
 pub struct RelayProcess {
     child: Child,
 }
@@ -288,11 +293,10 @@ impl RelayProcess {
         name: &str,
         extra: &[(&str, &str)],
     ) -> anyhow::Result<Self> {
-        let exe = std::env::current_exe().context("own binary")?;
         let port = std::net::TcpListener::bind("127.0.0.1:0")?
             .local_addr()?
             .port();
-        let child = Command::new(exe)
+        let child = Command::new(&env.relay_bin)
             .arg("run")
             .env("DATABASE_URL", &scratch.url)
             .env("REDIS_URL", &env.redis_url)
@@ -314,7 +318,7 @@ impl RelayProcess {
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()
-            .context("start relay")?;
+            .with_context(|| format!("start relay {}", env.relay_bin.display()))?;
         Ok(RelayProcess { child })
     }
 
@@ -352,7 +356,7 @@ pub struct Drain {
     /// WAL bytes written during the drain.
     pub wal: f64,
     /// Machine and Redis CPU during the drain.
-    pub load: super::machine::Load,
+    pub load: Load,
     /// When the relays' first entries appeared (see [`FirstEntries`]).
     pub first: Option<FirstEntries>,
 }
@@ -439,7 +443,7 @@ where
         }
         let wal_before = wal_position(&mut conn).await?;
         let mut redis = redis_link(env)?;
-        let meter = super::machine::Meter::start(&mut redis).await;
+        let meter = Meter::start(&mut redis).await;
         let started = Instant::now();
         let usage = body(&scratch).await?;
         let load = meter.stop(&mut redis).await;

@@ -1,16 +1,19 @@
-//! A short run of `outbox-relay bench`, so the benchmark cannot rot. It checks that every
-//! scenario runs and reports its figures; it asserts no speed.
+//! A short run of `outbox-bench`, so the benchmark cannot rot. It checks that every scenario
+//! runs and reports its figures; it asserts no speed. The relays it starts are the
+//! `outbox-relay` binary beside `outbox-bench` in the target dir, which cargo does not build
+//! for this package's tests: `make test` builds it first (`cargo build --workspace
+//! --all-targets`), and the bench says so when it is missing.
 
 use std::process::Command;
 
-use crate::support::BIN;
+/// The benchmark binary under test.
+const BENCH: &str = env!("CARGO_BIN_EXE_outbox-bench");
 
 #[test]
 fn bench_runs_every_scenario_and_writes_json() {
     let out_dir = tempfile::tempdir().expect("tempdir");
-    let out = Command::new(BIN)
+    let out = Command::new(BENCH)
         .args([
-            "bench",
             "--events",
             "2000",
             "--rates",
@@ -124,4 +127,36 @@ fn bench_runs_every_scenario_and_writes_json() {
     assert_eq!(polled["events"], 600, "every produced event was received");
     let svg = std::fs::read_to_string(json.path().with_extension("svg")).expect("an SVG chart");
     assert!(svg.starts_with("<svg") && svg.contains("hot key"), "{svg}");
+}
+
+#[test]
+fn a_missing_relay_binary_is_a_one_line_error_that_says_how_to_build_it() {
+    let out = Command::new(BENCH)
+        .args([
+            "--relay-bin",
+            "/nonexistent/outbox-relay",
+            "--only",
+            "drain",
+        ])
+        .output()
+        .expect("run bench");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("no relay binary at /nonexistent/outbox-relay")
+            && stderr.contains("cargo build --release --bins"),
+        "{stderr}"
+    );
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+}
+
+#[test]
+fn a_rate_of_zero_is_refused_before_anything_runs() {
+    let out = Command::new(BENCH)
+        .args(["--rates", "1000,0"])
+        .output()
+        .expect("run bench");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("above 0"), "{stderr}");
 }

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use super::BenchOptions;
+use crate::BenchOptions;
 
 /// One scenario's figures. Absent numbers do not apply to the scenario.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -39,10 +39,10 @@ pub struct Figure {
     pub busy_cores: Option<f64>,
     /// Latency per window of a long steady run.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub windows: Vec<super::latency::WindowFigure>,
+    pub windows: Vec<crate::latency::WindowFigure>,
     /// The outbox table after a long steady run.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub table: Option<super::latency::TableFigure>,
+    pub table: Option<crate::latency::TableFigure>,
     /// Events/s of every round, in run order, when the scenario ran more than once.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub rounds_events_per_sec: Vec<f64>,
@@ -55,7 +55,7 @@ pub struct Figure {
 pub struct Report {
     /// When it ran (RFC 3339).
     pub started_at: String,
-    /// The binary's version.
+    /// The version of the relay crate this bench was built with.
     pub version: String,
     /// Preloaded events per drain.
     pub events: u64,
@@ -87,7 +87,7 @@ impl Ratio {
             let mut sorted = rounds.clone();
             sorted.sort_by(f64::total_cmp);
             let mid = sorted.len() / 2;
-            let value = if sorted.len() % 2 == 0 {
+            let value = if sorted.len().is_multiple_of(2) {
                 (sorted[mid - 1] + sorted[mid]) / 2.0
             } else {
                 sorted[mid]
@@ -121,7 +121,7 @@ impl Report {
     pub fn new(options: &BenchOptions) -> Self {
         Report {
             started_at: chrono::Utc::now().to_rfc3339(),
-            version: crate::VERSION.to_string(),
+            version: outbox_relay::VERSION.to_string(),
             events: options.events,
             figures: Vec::new(),
             ratios: Vec::new(),
@@ -286,7 +286,7 @@ impl Report {
         let stamp = chrono::Utc::now().format("%Y%m%dT%H%M%SZ");
         let path = dir.join(format!("bench-{stamp}.json"));
         std::fs::write(&path, serde_json::to_string_pretty(self)?)?;
-        let chart = super::chart::render(&self.figures, &self.started_at);
+        let chart = crate::chart::render(&self.figures, &self.started_at);
         std::fs::write(path.with_extension("svg"), chart)?;
         Ok(path)
     }

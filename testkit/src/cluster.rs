@@ -1,4 +1,4 @@
-//! A local Redis Cluster for the `cluster` bench scenario (and the end-to-end tests): masters
+//! A local Redis Cluster for the benchmark's `cluster` scenario and the end-to-end tests: masters
 //! of redis-server on free ports, each in a temp dir of its own, joined with
 //! `redis-cli --cluster create` (no replicas), every node killed on drop. Each port `p` is
 //! picked with its cluster bus port `p + 10000` free too. With [`NodeTls`] the nodes speak

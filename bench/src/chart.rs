@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 
-use super::report::Figure;
+use crate::report::Figure;
 
 const WIDTH: f64 = 900.0;
 const LABEL_W: f64 = 330.0;
@@ -76,7 +76,7 @@ fn format_value(v: f64) -> String {
         let s = n.to_string();
         let mut out = String::new();
         for (i, c) in s.chars().enumerate() {
-            if i > 0 && (s.len() - i) % 3 == 0 {
+            if i > 0 && (s.len() - i).is_multiple_of(3) {
                 out.push(',');
             }
             out.push(c);

@@ -1,0 +1,196 @@
+//! The throughput scenarios, run in rounds rather than each scenario repeated in a row: a slow
+//! minute of the machine then falls on every scenario alike, and the ratios between them stay
+//! fair. Each scenario is reported by its median round, with every round's events/s.
+
+use outbox_testkit::cluster::{LocalCluster, Persistence};
+
+use crate::harness::{self, BenchEnv, Drain, Shape};
+use crate::tls::TlsServers;
+use crate::{endtoend, reference, BenchOptions, Report};
+
+/// The ceiling scenario's name.
+const CEILING: &str = "ceiling: relay SQL, no Redis";
+/// The TLS scenario's two sides.
+const TLS_OFF: &str = "tls: off (own Redis, sslmode=disable)";
+const TLS_ON: &str = "tls: on (rediss, sslmode=require)";
+
+/// The end-to-end drain's name: producer commit to consumer effect, inbox on.
+const E2E_DRAIN: &str = "end to end: drain to inbox consumers";
+
+/// The cluster scenario's name: the keep-rows drain on a local cluster of this many masters.
+const CLUSTER: &str = "redis cluster: 3 masters";
+
+/// Masters of the cluster scenario's local cluster.
+const CLUSTER_MASTERS: usize = 3;
+
+/// Runs every round of the selected throughput scenarios and records each scenario's median.
+pub async fn run(options: &BenchOptions, env: &BenchEnv, report: &mut Report) {
+    let rigs = Rigs::start(options, env);
+    let mut runs = Runs::default();
+    for round in 0..options.repeat.max(1) {
+        one_round(round, options, env, &rigs, &mut runs).await;
+    }
+    for (name, results) in runs.0 {
+        report.record(
+            &name,
+            median(results).map(|(d, all)| d.figure(&name).with_runs(all)),
+        );
+    }
+}
+
+/// Every round's result of each scenario, scenarios in the order they first ran.
+#[derive(Default)]
+struct Runs(Vec<(String, Vec<anyhow::Result<Drain>>)>);
+
+impl Runs {
+    fn add(&mut self, name: &str, result: anyhow::Result<Drain>) {
+        match self.0.iter_mut().find(|(n, _)| n == name) {
+            Some((_, results)) => results.push(result),
+            None => self.0.push((name.to_string(), vec![result])),
+        }
+    }
+}
+
+/// The median round by events/s, and every round's events/s; a failed round fails the
+/// scenario (a failure is never averaged away).
+fn median(results: Vec<anyhow::Result<Drain>>) -> anyhow::Result<(Drain, Vec<f64>)> {
+    let mut drains = results
+        .into_iter()
+        .collect::<anyhow::Result<Vec<Drain>>>()?;
+    anyhow::ensure!(!drains.is_empty(), "no round ran");
+    let rate = |d: &Drain| d.rate();
+    let all: Vec<f64> = drains.iter().map(rate).collect();
+    drains.sort_by(|a, b| rate(a).total_cmp(&rate(b)));
+    let middle = drains.swap_remove(drains.len() / 2);
+    Ok((middle, all))
+}
+
+/// The servers of the TLS and cluster scenarios, started once for every round (each drain
+/// has a stream prefix of its own); `None` when the scenario is not selected.
+struct Rigs {
+    tls: Option<anyhow::Result<TlsServers>>,
+    /// Fresh redis-servers without persistence, like the bench's Redis, and the bench
+    /// environment on them.
+    cluster: Option<anyhow::Result<(BenchEnv, LocalCluster)>>,
+}
+
+impl Rigs {
+    fn start(options: &BenchOptions, env: &BenchEnv) -> Rigs {
+        Rigs {
+            tls: options.wants("tls").then(TlsServers::start),
+            cluster: options.wants("cluster").then(|| {
+                LocalCluster::start(CLUSTER_MASTERS, Persistence::None)
+                    .map(|c| (env.on_cluster(&c.seeds()), c))
+            }),
+        }
+    }
+
+    /// The keep-rows drain on the local cluster.
+    async fn cluster_drain(&self, n: u64) -> anyhow::Result<Drain> {
+        match &self.cluster {
+            Some(Ok((cluster_env, _))) => {
+                harness::drain(cluster_env, n, 1, Shape::Mixed, &[]).await
+            }
+            Some(Err(e)) => Err(anyhow::anyhow!("no local cluster: {e}")),
+            None => Err(anyhow::anyhow!("cluster scenario not selected")),
+        }
+    }
+
+    /// The drain with both ends over TLS (`on`) or both plain, on the TLS scenario's servers.
+    async fn tls_drain(
+        servers: &anyhow::Result<TlsServers>,
+        env: &BenchEnv,
+        on: bool,
+        n: u64,
+    ) -> anyhow::Result<Drain> {
+        let servers = servers
+            .as_ref()
+            .map_err(|e| anyhow::anyhow!("tls servers: {e:#}"))?;
+        let side = servers.env(env, on)?;
+        harness::drain(&side, n, 1, Shape::Mixed, &[]).await
+    }
+}
+
+/// One round of every selected throughput scenario.
+async fn one_round(
+    round: u32,
+    options: &BenchOptions,
+    env: &BenchEnv,
+    rigs: &Rigs,
+    runs: &mut Runs,
+) {
+    let n = options.events;
+    // The ceiling and the cluster drain run right beside the keep-rows drain, so each round's
+    // ratio compares the same minute of a shared machine (its speed drifts from one minute
+    // to the next); first in every other round, so neither is always the one that runs on a
+    // machine left warm (or busy) by the other.
+    let beside_first = round % 2 == 1;
+    if beside_first {
+        beside_the_drain(options, env, rigs, runs).await;
+    }
+    if options.wants("drain") || options.wants("cluster") || options.wants("endtoend") {
+        let r = harness::drain(env, n, 1, Shape::Mixed, &[]).await;
+        runs.add("drain (keep rows)", r);
+    }
+    if options.wants("endtoend") {
+        runs.add(E2E_DRAIN, endtoend::drain(env, n).await);
+    }
+    if !beside_first {
+        beside_the_drain(options, env, rigs, runs).await;
+    }
+    other_drains(options, env, runs).await;
+    if let Some(servers) = &rigs.tls {
+        // Both sides in every round, in alternating order, like the ceiling's pair.
+        let sides = if round.is_multiple_of(2) {
+            [false, true]
+        } else {
+            [true, false]
+        };
+        for on in sides {
+            let r = Rigs::tls_drain(servers, env, on, n).await;
+            runs.add(if on { TLS_ON } else { TLS_OFF }, r);
+        }
+    }
+    if options.wants("baseline") {
+        let r = reference::seed_algorithm(env, n.min(20_000)).await;
+        runs.add("baseline: seed algorithm, indexed", r);
+    }
+}
+
+/// The scenarios compared with the keep-rows drain of the same round: the ceiling, the
+/// cluster drain.
+async fn beside_the_drain(options: &BenchOptions, env: &BenchEnv, rigs: &Rigs, runs: &mut Runs) {
+    let n = options.events;
+    if options.wants("ceiling") {
+        runs.add(CEILING, reference::ceiling(env, n).await);
+    }
+    if options.wants("cluster") {
+        runs.add(CLUSTER, rigs.cluster_drain(n).await);
+    }
+}
+
+/// The drains of other shapes and settings: delete mode, replicas, bloat, hot key.
+async fn other_drains(options: &BenchOptions, env: &BenchEnv, runs: &mut Runs) {
+    let n = options.events;
+    if options.wants("drain") {
+        let delete = [("OUTBOX__RETENTION__PUBLISHED_FOR", "0s")];
+        let r = harness::drain(env, n, 1, Shape::Mixed, &delete).await;
+        runs.add("drain (delete mode)", r);
+    }
+    if options.wants("replicas") {
+        for replicas in [1, 2, 3] {
+            let r = harness::drain(env, n, replicas, Shape::Mixed, &[]).await;
+            runs.add(&format!("replicas: {replicas}"), r);
+        }
+    }
+    if options.wants("bloat") {
+        let shape = Shape::Bloated(options.bloat_rows);
+        let r = harness::drain(env, n, 1, shape, &[]).await;
+        let name = format!("bloat: behind {} published rows", options.bloat_rows);
+        runs.add(&name, r);
+    }
+    if options.wants("hotkey") {
+        let r = harness::drain(env, n, 1, Shape::HotKey, &[]).await;
+        runs.add("hot key (one partition key)", r);
+    }
+}
