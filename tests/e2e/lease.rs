@@ -113,7 +113,9 @@ async fn a_hung_replica_holding_every_claim_slot_stalls_the_others_only_briefly(
 /// SIGSTOPs process `pid` at a moment when `held` (SQL giving 1 or 0) says 1: a relay caught
 /// inside a claim transaction, with its locks.
 async fn freeze_while(db: &TestDb, pid: &str, held: &str) {
-    for _ in 0..200 {
+    // Each try is a race with the replica's cycle; a loaded machine (the whole suite at once)
+    // loses more of them.
+    for _ in 0..1000 {
         Command::new("kill")
             .args(["-STOP", pid])
             .status()
