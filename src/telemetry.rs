@@ -3,7 +3,6 @@
 //! (rendered by `/metrics`; no extra HTTP listener). The functions take plain values, so this
 //! module depends on no other part of the crate.
 
-use crate::relay::actors::ActorName;
 use std::collections::HashMap;
 use std::fmt::Display;
 use std::time::Duration;
@@ -11,6 +10,8 @@ use std::time::Duration;
 use metrics::{counter, gauge, histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use uuid::Uuid;
+
+use crate::relay::actors::ActorName;
 
 const LATENCY_BUCKETS: &[f64] = &[
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,

@@ -12,7 +12,6 @@
 //! A server that fails verification is never sent a byte of a query: the handshake fails and
 //! the connection error says why.
 
-use super::pooler::SessionMode;
 use std::path::PathBuf;
 use std::str::FromStr;
 use std::sync::Arc;
@@ -28,6 +27,8 @@ use rustls::{
 use tokio_postgres::config::SslMode;
 
 use outbox_core::pem::{certs_from, key_from, roots_from, TlsSettingError};
+
+use super::pooler::SessionMode;
 
 /// `sslmode`, as libpq spells it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

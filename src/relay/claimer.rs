@@ -5,7 +5,6 @@
 //! outage backs off with jitter and marks the relay not-ready until a cycle succeeds again.
 //! It never panics and never stops on an error: a failed cycle is logged, counted and retried.
 
-use super::actors::ActorName;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -15,6 +14,7 @@ use actix::{
 };
 use tokio::sync::oneshot;
 
+use super::actors::ActorName;
 use super::cycle::{run_once, CycleDeps, CycleError, CycleReport};
 use super::health::Health;
 use super::messages::{Drain, RetryDue, Wake};

@@ -4,7 +4,6 @@
 //! except dead letters an operator discarded, which go after the same time as published ones.
 //! It also forgets idempotency keys of the admin API older than a day.
 
-use crate::relay::actors::ActorName;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
@@ -12,6 +11,7 @@ use futures::FutureExt;
 
 use super::periodic::Job;
 use crate::db::{idempotency, outbox, Db, DbError};
+use crate::relay::actors::ActorName;
 
 /// The cleaner's settings and pool.
 #[derive(Clone)]

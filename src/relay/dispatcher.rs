@@ -11,7 +11,6 @@
 //! while its pause runs the dispatcher answers at once without asking Redis: a dead master
 //! costs its own topics a failed call per pause, and the other topics' cycles nothing.
 
-use super::actors::ActorName;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -22,6 +21,7 @@ use actix::{
 };
 use uuid::Uuid;
 
+use super::actors::ActorName;
 use super::messages::{Publish, TopicOutage};
 use super::supervision::{catching, Panicked};
 use crate::config::GroupSpec;

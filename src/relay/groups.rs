@@ -3,7 +3,6 @@
 //! trims each stream with declared groups up to the oldest entry one of them has not
 //! acknowledged. Trimming is one atomic script per stream, so any replica may run it.
 
-use crate::relay::actors::ActorName;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -16,6 +15,7 @@ use crate::config::GroupSpec;
 use crate::publish::groups::Trim;
 use crate::publish::inspect::InspectError;
 use crate::publish::{keys, PublishError, Publisher};
+use crate::relay::actors::ActorName;
 
 /// Why a run of the keeper failed.
 #[derive(Debug, thiserror::Error)]

@@ -7,10 +7,11 @@
 //! when idle), so a loop silent for `relay.stall_after` while events are pending is stuck, and
 //! so is a process one of whose actors is gone.
 
-use super::actors::ActorName;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+use super::actors::ActorName;
 
 /// A background check older than this no longer counts: the checker itself is stuck.
 const CHECK_FRESH_FOR: Duration = Duration::from_secs(5);

@@ -2,7 +2,6 @@
 //! replicas alive now, with this replica's throughput (the claimer's counts); rows silent
 //! for ten intervals are pruned by whoever beats next.
 
-use crate::relay::actors::ActorName;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,6 +13,7 @@ use futures::FutureExt;
 use super::periodic::Job;
 use super::throughput::Throughput;
 use crate::db::{replicas, Db, DbError};
+use crate::relay::actors::ActorName;
 
 /// This replica's identity and pool.
 #[derive(Clone)]

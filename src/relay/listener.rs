@@ -3,13 +3,13 @@
 //! restarts it, it reconnects, LISTENs again and wakes the claimer once to catch up on
 //! anything committed while it was away.
 
-use super::actors::ActorName;
 use actix::{
     Actor, ActorContext, ActorFutureExt, AsyncContext, Context, Recipient, Supervised, WrapFuture,
 };
 use diesel_async::SimpleAsyncConnection;
 use futures::StreamExt;
 
+use super::actors::ActorName;
 use super::messages::Wake;
 use crate::db::pool::{establish, Drivers};
 use crate::db::DbError;

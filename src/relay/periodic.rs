@@ -5,11 +5,12 @@
 //! counted and the next tick tries again, so an outage never turns into a restart loop; a
 //! panic in a run restarts the actor (see `supervision`).
 
-use super::actors::ActorName;
 use std::time::Duration;
 
 use actix::{Actor, ActorContext, ActorFutureExt, AsyncContext, Context, Supervised, WrapFuture};
 use futures::future::BoxFuture;
+
+use super::actors::ActorName;
 
 /// One maintenance duty.
 pub trait Job: Clone + Unpin + 'static {

@@ -2,7 +2,6 @@
 //! second, each with a timeout, and leaves the result in `Health`, so `/readyz` answers at once
 //! from what it finds there, outage or not.
 
-use crate::relay::actors::ActorName;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,6 +10,7 @@ use futures::FutureExt;
 
 use crate::db::{Db, DbError};
 use crate::publish::Publisher;
+use crate::relay::actors::ActorName;
 use crate::relay::health::Health;
 use crate::relay::periodic::Job;
 

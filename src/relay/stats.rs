@@ -2,7 +2,6 @@
 //! every few seconds, so a Prometheus scrape never queries the database; gives `/healthz` the
 //! pending count; and makes every known topic's counters exist before its first publish.
 
-use crate::relay::actors::ActorName;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,6 +12,7 @@ use futures::FutureExt;
 use super::health::Health;
 use super::periodic::Job;
 use crate::db::{outbox, topics, Db, DbError};
+use crate::relay::actors::ActorName;
 
 /// The sampler's pool and interval.
 #[derive(Clone)]

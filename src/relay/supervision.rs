@@ -7,13 +7,14 @@
 //!   the replica. Every guarantee rests on Postgres transactions, so an abrupt exit loses
 //!   nothing: what the replica held is rolled back and claimed again.
 
-use super::actors::ActorName;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::time::Duration;
 
 use actix::{Actor, Addr};
 use futures::FutureExt;
+
+use super::actors::ActorName;
 
 /// The work panicked; the message is in the log.
 #[derive(Debug)]
