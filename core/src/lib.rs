@@ -8,7 +8,7 @@
 //! | module | what it is for |
 //! |---|---|
 //! | [`entry`] | the stream entry's fields: [`Entry`] parsed from them, `created_at`'s text |
-//! | [`keys`] | `<prefix><topic>`, `<prefix><topic>:<p>`, `<prefix><topic>:dead`, `<prefix>partitions` |
+//! | [`keys`] | `<prefix><topic>`, `<prefix><topic>:<p>`, `<prefix><topic>:dead`, `<prefix>partitions`, a fleet's `<prefix><topic>:{<group>}:...` |
 //! | [`topic`] | the topic rule of the `outbox` table's CHECK constraint |
 //! | [`redis_conn`] | [`RedisConn`]: one server or a Redis Cluster, lazy, TLS files applied |
 //! | [`groups`] | creating a consumer group that may already exist |
