@@ -26,6 +26,7 @@ use outbox_core::redis_conn::{self, Timeouts};
 use outbox_core::{groups, ConnectError, RedisConn};
 
 use crate::config::{ConfigError, ConsumerConfig};
+use crate::fleet::{self, Fleet};
 use crate::handler::Processing;
 use crate::handling::{Ctx, Delivery, Fate, Process};
 use crate::lanes;
@@ -60,6 +61,9 @@ pub struct RunStats {
 pub struct Consumer {
     config: ConsumerConfig,
     conn: RedisConn,
+    /// The heartbeat's own connection: the loop's blocking reads would hold up a renewal.
+    fleet_conn: RedisConn,
+    fleet: Fleet,
     /// The topics' streams, in the order of `config.topics`.
     keys: Vec<Arc<str>>,
     group: Arc<str>,
@@ -78,11 +82,29 @@ impl Consumer {
         };
         let conn = redis_conn::connect(&config.redis_url, config.cluster, timeouts, tls.as_ref())
             .map_err(ConnectError::from)?;
+        let fleet_conn = redis_conn::connect(
+            &config.redis_url,
+            config.cluster,
+            Timeouts {
+                connect: Duration::from_secs(2),
+                response: config.claim_idle / 3,
+            },
+            tls.as_ref(),
+        )
+        .map_err(ConnectError::from)?;
         let keys = config.stream_keys().into_iter().map(Arc::from).collect();
         let group = Arc::from(config.group.as_str());
+        let fleet = Fleet::new(
+            &config.consumer,
+            &config.group,
+            &config.stream_prefix,
+            config.claim_idle,
+        );
         Ok(Consumer {
             config,
             conn,
+            fleet_conn,
+            fleet,
             keys,
             group,
         })
@@ -112,10 +134,13 @@ impl Consumer {
             handler.maintain(&self.config.group).await;
             std::future::pending::<RunStats>().await
         };
+        // Partition leases are renewed beside the loop, for as long as it runs.
+        let heartbeat = fleet::heartbeat(&self.fleet, self.fleet_conn.clone());
         tokio::select! {
             biased;
             stats = self.run_with(&handler, shutdown) => stats,
             stats = beside => stats,
+            never = heartbeat => match never {},
         }
     }
 
@@ -129,6 +154,7 @@ impl Consumer {
         let ctx = Ctx {
             config: &self.config,
             conn: self.conn.clone(),
+            fleet: &self.fleet,
         };
         let streams = self.keys.join(",");
         tracing::info!(
@@ -173,6 +199,13 @@ impl Consumer {
                 }
             }
         }
+        // Leave the group's fleet so the others take the partitions now, not after a lease.
+        if self.fleet.is_active() {
+            let mut conn = self.fleet_conn.clone();
+            if let Err(e) = fleet::leave(&self.fleet, &mut conn).await {
+                tracing::warn!(error = %e, "could not give the partitions back at shutdown: the others take them when the leases run out");
+            }
+        }
         tracing::info!(
             %streams, group = %self.config.group, consumer = %self.config.consumer,
             handled = state.stats.handled, "consumer stopped"
@@ -193,13 +226,16 @@ impl Consumer {
     ) -> redis::RedisResult<Turn> {
         let config = &self.config;
         if !state.group_ready {
-            state.streams = stream::resolve_partitions(conn, config).await?;
+            let topics = stream::resolve_partitions(conn, config).await?;
+            state.streams = topics.iter().flat_map(|(_, s)| s.iter().cloned()).collect();
             for key in &state.streams {
                 stream::ensure_group(conn, key, &config.group).await?;
             }
+            self.fleet.configure(&topics);
             state.group_ready = true;
         }
-        let streams = state.streams.clone();
+        self.fleet_chores(conn, state).await?;
+        let streams = self.fleet.readable(&state.streams);
         let now = Instant::now();
         let claim_due = now >= state.next_claim;
         if !state.unacked.is_empty() && (state.maybe_pending || claim_due) {
@@ -208,7 +244,8 @@ impl Consumer {
             state.unacked.clear();
         }
         if claim_due {
-            for key in &streams {
+            // A divided partition's entries are taken over by its new owner, not claimed.
+            for key in streams.iter().filter(|s| self.fleet.owner_key(s).is_none()) {
                 let claimed = stream::claim_abandoned(conn, config, key).await?;
                 if claimed > 0 {
                     tracing::info!(claimed, stream = %key, "claimed entries idle longer than claim_idle from other consumers");
@@ -232,12 +269,23 @@ impl Consumer {
             state.retry_at.clear();
             state.fresh_unattempted.clear();
         }
-        let raw = stream::read_new(conn, config, &streams, &state.unacked).await?;
+        let from: Vec<stream::ReadFrom> = streams
+            .iter()
+            .map(|s| stream::ReadFrom {
+                stream: s.clone(),
+                owner: self.fleet.owner_key(s),
+            })
+            .collect();
+        let read = stream::read_new(conn, config, &from, &state.unacked).await?;
         state.stats.handled += state.unacked.len() as u64;
         state.unacked.clear();
-        if raw.is_empty() {
-            return Ok(Turn::Again);
-        }
+        let raw = match read {
+            stream::NewEntries::Some(raw) => raw,
+            stream::NewEntries::None(last) => {
+                stream::wait_for_new(conn, config, &last).await?;
+                return Ok(Turn::Again);
+            }
+        };
         let deliveries: Vec<Delivery> = raw
             .into_iter()
             .map(|raw| Delivery::new(raw, &self.group, 1, false))
@@ -245,6 +293,57 @@ impl Consumer {
         self.handle(ctx, state, process, lanes::group(deliveries))
             .await?;
         Ok(Turn::Again)
+    }
+
+    /// Between batches, nothing of a partition is in hand: give up the partitions this
+    /// consumer should no longer own (after acknowledging what it handled), and take over
+    /// the entries the previous owners of newly taken ones left unacknowledged.
+    async fn fleet_chores(
+        &self,
+        conn: &mut RedisConn,
+        state: &mut LoopState,
+    ) -> redis::RedisResult<()> {
+        let config = &self.config;
+        let releases = self.fleet.to_release();
+        if !releases.is_empty() && !state.unacked.is_empty() {
+            stream::ack(conn, config, &state.unacked).await?;
+            state.stats.handled += state.unacked.len() as u64;
+            state.unacked.clear();
+        }
+        for (stream_key, owner, epoch) in releases {
+            fleet::scripts::lease(
+                conn,
+                &owner,
+                &epoch,
+                &config.consumer,
+                0,
+                fleet::scripts::LeaseOp::Release,
+            )
+            .await?;
+            self.fleet.forget(&stream_key);
+            state.retry_at.retain(|at, _| at.stream != stream_key);
+            state.fresh_unattempted.retain(|at| at.stream != stream_key);
+            tracing::info!(stream = %stream_key, "gave up partition for a rebalance");
+        }
+        for (stream_key, owner, lease) in self.fleet.to_hand_over() {
+            match fleet::scripts::hand_over(
+                conn,
+                &stream_key,
+                &owner,
+                &config.group,
+                &config.consumer,
+            )
+            .await?
+            {
+                Some(taken) => {
+                    self.fleet.handed_over(&stream_key);
+                    state.maybe_pending = true;
+                    tracing::info!(stream = %stream_key, partition = lease.partition, epoch = lease.epoch, taken, "partition handed over: its unacknowledged entries first, in order");
+                }
+                None => self.fleet.forget(&stream_key),
+            }
+        }
+        Ok(())
     }
 
     /// Handles this consumer's pending entries (per stream, oldest first): the lanes whose
@@ -314,7 +413,7 @@ impl Consumer {
         let outcomes = tokio::select! {
             biased;
             outcomes = process.process(ctx, lanes) => outcomes,
-            never = keep_claimed(&self.config, self.conn.clone(), in_hand) => match never {},
+            never = keep_claimed(&self.config, &self.fleet, self.conn.clone(), in_hand) => match never {},
         };
         let mut done = Vec::new();
         let mut redis_error = None;
@@ -389,6 +488,7 @@ impl Consumer {
 /// by another consumer (which would handle them a second time, and out of key order).
 async fn keep_claimed(
     config: &ConsumerConfig,
+    fleet: &Fleet,
     mut conn: RedisConn,
     refs: Vec<EntryRef>,
 ) -> Infallible {
@@ -397,7 +497,8 @@ async fn keep_claimed(
     loop {
         tokio::time::sleep(every).await;
         // Entries idle less than half a period were just claimed by someone else: leave them.
-        if let Err(e) = stream::keep_idle_low(&mut conn, config, &refs, every / 2).await {
+        let owner_of = |stream: &str| fleet.owner_key(stream);
+        if let Err(e) = stream::keep_idle_low(&mut conn, config, &refs, every / 2, owner_of).await {
             if let Some(suppressed) = failures.admit(Instant::now()) {
                 tracing::warn!(error = %e, suppressed, "could not refresh the entries in hand; another consumer may claim them");
             }

@@ -23,6 +23,12 @@ pub enum ErrorKind {
     /// Not the entry's fault (a database or service the handler needs is away): deliver it
     /// again after a pause without counting this delivery, so an outage never dead-letters.
     Outage,
+    /// This consumer no longer owns the entry's partition: a newer owner (a higher
+    /// [`Lease`](crate::Lease) epoch) has taken it, so the effect was refused. The entry is
+    /// left to that owner, uncounted, and this consumer stops handling the partition. What
+    /// the inbox returns when its fence refuses a commit; return it from your own fenced
+    /// effects too.
+    Fenced,
 }
 
 /// A handler's failure: what should become of the entry ([`ErrorKind`]) and why. Any error
@@ -47,6 +53,11 @@ impl HandlerError {
     /// An outage: retry after a pause, this delivery not counted.
     pub fn outage(error: impl Into<Box<dyn StdError + Send + Sync>>) -> HandlerError {
         HandlerError::new(ErrorKind::Outage, error)
+    }
+
+    /// The effect was refused because a newer owner holds the entry's partition.
+    pub fn fenced(error: impl Into<Box<dyn StdError + Send + Sync>>) -> HandlerError {
+        HandlerError::new(ErrorKind::Fenced, error)
     }
 
     /// A failure of the given kind.

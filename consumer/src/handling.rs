@@ -10,9 +10,10 @@ use std::sync::Arc;
 use futures::{FutureExt, StreamExt};
 use uuid::Uuid;
 
-use outbox_core::{panic, Entry, EntryError, RedisConn};
+use outbox_core::{panic, Entry, EntryError, Lease, RedisConn};
 
 use crate::config::ConsumerConfig;
+use crate::fleet::{Check, Fleet};
 use crate::handler::{BatchHandler, Batches, ErrorKind, Handler, HandlerError};
 use crate::lanes::Keyed;
 use crate::stream::{self, EntryRef, RawEntry};
@@ -21,6 +22,7 @@ use crate::stream::{self, EntryRef, RawEntry};
 pub(crate) struct Ctx<'a> {
     pub(crate) config: &'a ConsumerConfig,
     pub(crate) conn: RedisConn,
+    pub(crate) fleet: &'a Fleet,
 }
 
 /// One delivery of one entry.
@@ -97,10 +99,21 @@ pub(crate) trait Process {
     async fn maintain(&self, group: &str);
 }
 
-/// Checks that need no handler: a malformed entry, or one already delivered more than
-/// `max_deliveries` times, goes to the dead stream; a pending entry is taken for this
-/// delivery. `None`: hand it to the handler.
-async fn before_handling(ctx: &Ctx<'_>, conn: &mut RedisConn, d: &Delivery) -> Option<Fate> {
+/// Checks that need no handler: an entry of a partition this consumer no longer holds is left
+/// alone; a malformed entry, or one already delivered more than `max_deliveries` times, goes
+/// to the dead stream; a pending entry is taken for this delivery. `Ok`: hand it to the
+/// handler, under this lease (for a divided partition).
+async fn before_handling(
+    ctx: &Ctx<'_>,
+    conn: &mut RedisConn,
+    d: &Delivery,
+) -> Result<Option<Lease>, Fate> {
+    let lease = match ctx.fleet.check(&d.raw.stream) {
+        Check::Unfenced => None,
+        Check::Held(lease) => Some(lease),
+        Check::NotMine => return Err(Fate::Lost(None)),
+    };
+    let owner = lease.and_then(|_| ctx.fleet.owner_key(&d.raw.stream));
     let max = ctx.config.max_deliveries;
     let verdict = match &d.parsed {
         Err(e) => Some((format!("malformed entry: {e}"), d.delivery)),
@@ -114,12 +127,13 @@ async fn before_handling(ctx: &Ctx<'_>, conn: &mut RedisConn, d: &Delivery) -> O
         Ok(_) => None,
     };
     if let Some((error, deliveries)) = verdict {
-        return Some(dead_letter(ctx, conn, d, &error, deliveries).await);
+        return Err(dead_letter(ctx, conn, d, &error, deliveries).await);
     }
     if d.take {
         match stream::take_for_delivery(
             conn,
             ctx.config,
+            owner.as_deref(),
             &d.raw.stream,
             &d.raw.stream_id,
             d.delivery,
@@ -127,11 +141,11 @@ async fn before_handling(ctx: &Ctx<'_>, conn: &mut RedisConn, d: &Delivery) -> O
         .await
         {
             Ok(true) => {}
-            Ok(false) => return Some(Fate::Lost(None)),
-            Err(e) => return Some(Fate::Lost(Some(e))),
+            Ok(false) => return Err(Fate::Lost(None)),
+            Err(e) => return Err(Fate::Lost(Some(e))),
         }
     }
-    None
+    Ok(lease)
 }
 
 /// The handler failed delivery `d`: retry, or dead-letter at `max_deliveries`.
@@ -178,7 +192,17 @@ async fn dead_letter(
 async fn after_outage(ctx: &Ctx<'_>, conn: &mut RedisConn, d: &Delivery, error: &str) -> Fate {
     tracing::debug!(stream_id = %d.raw.stream_id, %error, "handler hit an outage: not counted as a delivery");
     let back = d.delivery - 1;
-    match stream::take_for_delivery(conn, ctx.config, &d.raw.stream, &d.raw.stream_id, back).await {
+    let owner = ctx.fleet.owner_key(&d.raw.stream);
+    match stream::take_for_delivery(
+        conn,
+        ctx.config,
+        owner.as_deref(),
+        &d.raw.stream,
+        &d.raw.stream_id,
+        back,
+    )
+    .await
+    {
         Ok(_) => Fate::Outage(error.to_string()),
         Err(redis) => Fate::Lost(Some(redis)),
     }
@@ -197,6 +221,17 @@ async fn after_handler(
             kind: ErrorKind::Outage,
             error,
         }) => after_outage(ctx, conn, d, error).await,
+        Err(Failure {
+            kind: ErrorKind::Fenced,
+            error,
+        }) => {
+            tracing::warn!(
+                stream = %d.raw.stream, stream_id = %d.raw.stream_id, error,
+                "a newer owner holds this partition: effect refused, partition no longer handled here"
+            );
+            ctx.fleet.forget(&d.raw.stream);
+            Fate::Lost(None)
+        }
         Err(Failure {
             kind: ErrorKind::DeadLetter,
             error,
@@ -256,13 +291,16 @@ async fn lane<H: Handler>(handler: &H, ctx: &Ctx<'_>, lane: Vec<Delivery>) -> Ve
 }
 
 async fn one<H: Handler>(handler: &H, ctx: &Ctx<'_>, conn: &mut RedisConn, d: &Delivery) -> Fate {
-    if let Some(fate) = before_handling(ctx, conn, d).await {
-        return fate;
-    }
+    let lease = match before_handling(ctx, conn, d).await {
+        Ok(lease) => lease,
+        Err(fate) => return fate,
+    };
     let Ok(entry) = &d.parsed else {
         return Fate::Lost(None);
     };
-    let result = called(handler.handle(entry.clone())).await;
+    let mut entry = entry.clone();
+    entry.lease = lease;
+    let result = called(handler.handle(entry)).await;
     after_handler(ctx, conn, d, &result).await
 }
 
@@ -294,11 +332,11 @@ impl<B: BatchHandler> Process for Batches<B> {
         let mut batch = Vec::new();
         for d in all {
             match before_handling(ctx, &mut conn, &d).await {
-                Some(fate) => out.push(Outcome {
+                Err(fate) => out.push(Outcome {
                     at: d.raw.at(),
                     fate,
                 }),
-                None => batch.push(d),
+                Ok(lease) => batch.push((d, lease)),
             }
         }
         if batch.is_empty() {
@@ -306,10 +344,14 @@ impl<B: BatchHandler> Process for Batches<B> {
         }
         let entries: Vec<Entry> = batch
             .iter()
-            .filter_map(|d| d.parsed.as_ref().ok().cloned())
+            .filter_map(|(d, lease)| {
+                let mut entry = d.parsed.as_ref().ok()?.clone();
+                entry.lease = *lease;
+                Some(entry)
+            })
             .collect();
         let result = called(self.0.handle_batch(entries)).await;
-        for d in batch {
+        for (d, _) in batch {
             let fate = after_handler(ctx, &mut conn, &d, &result).await;
             out.push(Outcome {
                 at: d.raw.at(),

@@ -9,25 +9,40 @@
 //! Retention deletes rows older than [`Inbox::retention`]; it must exceed how
 //! long an entry can still be redelivered (until it is acknowledged: a long outage, a
 //! backlog), or a very late redelivery would apply its effect a second time.
+//!
+//! Fencing. On a partitioned topic an entry comes with its partition's [`Lease`]. The inbox
+//! raises `outbox_inbox_fences` to the lease's epoch before the first effect under it, and
+//! every effect transaction checks, last before its commit, that the fence still holds its
+//! epoch (`FOR SHARE`, so a newer owner's raise waits for transactions past the check). A
+//! consumer frozen past its lease and resumed therefore cannot commit: its check finds the
+//! newer epoch and the transaction rolls back. Such a transaction also gets an
+//! `idle_in_transaction_session_timeout`, so a consumer frozen inside one does not hold its
+//! locks (and the new owner) for longer than that.
 
+use std::collections::HashMap;
 use std::marker::PhantomData;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use bb8::Pool;
-use diesel::sql_types::{BigInt, Double, Text};
+use diesel::sql_types::{Array, BigInt, Double, Integer, Text};
 use diesel_async::pooled_connection::{AsyncDieselConnectionManager, PoolError};
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
 use futures::future::BoxFuture;
 
 use outbox_core::backoff::ErrorLog;
 use outbox_core::prepared::prepared;
-use outbox_core::Entry;
+use outbox_core::{Entry, Lease};
 
 use crate::handler::{BatchHandler, Handler, HandlerError};
 
-/// The table's DDL: the migration of the relay's `migrations/` folder, written with
-/// `IF NOT EXISTS`, so the relay's `migrate` and [`ensure_table`] run the same text.
-pub const TABLE_SQL: &str = include_str!("../../migrations/2026-12-07-000001_inbox/up.sql");
+/// The tables' DDL, written with `IF NOT EXISTS`: the relay's `migrate` runs the same text
+/// (its migrations hold copies of these files, checked equal by its tests), and so does
+/// [`ensure_table`].
+pub const TABLE_SQL: &str = include_str!("../sql/inbox.sql");
+
+/// The fences' DDL (see the module's documentation), run by [`ensure_table`] too.
+pub const FENCES_SQL: &str = include_str!("../sql/inbox_fences.sql");
 
 /// A bb8 pool of diesel-async Postgres connections, as the inbox takes it.
 pub type PgPool = Pool<AsyncDieselConnectionManager<AsyncPgConnection>>;
@@ -47,6 +62,19 @@ pub enum InboxError<E> {
     /// The effect failed; the transaction was rolled back.
     #[error("{0}")]
     Effect(E),
+    /// A newer owner of the entry's partition raised the fence: this consumer no longer owns
+    /// it, and the transaction was rolled back.
+    #[error("inbox: partition {partition} of `{topic}` is fenced at epoch {fence}, above this consumer's {epoch}: a newer owner holds it")]
+    Fenced {
+        /// The entry's topic.
+        topic: String,
+        /// The partition.
+        partition: u32,
+        /// This consumer's epoch.
+        epoch: u64,
+        /// The fence's epoch.
+        fence: u64,
+    },
 }
 
 impl<E> InboxError<E> {
@@ -79,7 +107,7 @@ pub enum Applied {
 pub async fn ensure_table(conn: &mut AsyncPgConnection) -> Result<(), diesel::result::Error> {
     conn.transaction(async |c| {
         c.batch_execute(&format!(
-            "SELECT pg_advisory_xact_lock({DDL_LOCK}); {TABLE_SQL}"
+            "SELECT pg_advisory_xact_lock({DDL_LOCK}); {TABLE_SQL}; {FENCES_SQL}"
         ))
         .await
     })
@@ -91,6 +119,8 @@ pub const DDL_LOCK: i64 = 0x696e_626f_782d_6464;
 
 /// In one transaction on `conn`: records `entry` for `group` in the inbox and, unless it was
 /// there already, runs `effect` on the same connection. The effect's error rolls back both.
+/// An entry with a [`Lease`] commits only while the fence still holds the lease's epoch
+/// ([`raise_fence`] first); else [`InboxError::Fenced`], rolled back.
 pub async fn apply_once<F, E>(
     conn: &mut AsyncPgConnection,
     group: &str,
@@ -102,24 +132,144 @@ where
     E: Send,
 {
     conn.transaction(async |c| {
-        let inserted = prepared(
-            diesel::sql_query(
-                "INSERT INTO outbox_inbox (consumer_group, event_id, topic) VALUES ($1, $2, $3)
-                 ON CONFLICT DO NOTHING",
-            )
-            .bind::<Text, _>(group)
-            .bind::<diesel::sql_types::Uuid, _>(entry.id)
-            .bind::<Text, _>(&entry.topic),
-        )
-        .execute(c)
-        .await?;
+        let inserted = match entry.lease {
+            None => {
+                prepared(
+                    diesel::sql_query(
+                        "INSERT INTO outbox_inbox (consumer_group, event_id, topic) VALUES ($1, $2, $3)
+                         ON CONFLICT DO NOTHING",
+                    )
+                    .bind::<Text, _>(group)
+                    .bind::<diesel::sql_types::Uuid, _>(entry.id)
+                    .bind::<Text, _>(&entry.topic),
+                )
+                .execute(c)
+                .await?
+            }
+            // The same insert, setting the transaction's idle timeout on the way.
+            Some(_) => {
+                prepared(
+                    diesel::sql_query(
+                        "INSERT INTO outbox_inbox (consumer_group, event_id, topic)
+                         SELECT $1, $2, $3 FROM (SELECT set_config('idle_in_transaction_session_timeout', $4, true)) AS s
+                         ON CONFLICT DO NOTHING",
+                    )
+                    .bind::<Text, _>(group)
+                    .bind::<diesel::sql_types::Uuid, _>(entry.id)
+                    .bind::<Text, _>(&entry.topic)
+                    .bind::<Text, _>(FENCED_IDLE_TIMEOUT),
+                )
+                .execute(c)
+                .await?
+            }
+        };
         if inserted == 0 {
             return Ok(Applied::AlreadyDone);
         }
         effect(c, entry).await.map_err(InboxError::Effect)?;
+        if let Some(lease) = entry.lease {
+            check_fences(c, group, &[(entry.topic.as_str(), lease)]).await?;
+        }
         Ok(Applied::Applied)
     })
     .await
+}
+
+/// How long a fenced transaction may sit idle (its consumer frozen) before Postgres ends it,
+/// releasing its locks for the partition's next owner. Effects that wait on something else
+/// inside the transaction for longer than this fail (and are retried).
+const FENCED_IDLE_TIMEOUT: &str = "30s";
+
+/// Raises the fence of `topic`'s partition for `group` to `lease`'s epoch, unless it is
+/// there or higher. Waits for transactions that passed their check under a lower epoch.
+/// `Ok(fence)`: the fence's epoch afterwards (above the lease's: a newer owner holds it).
+pub async fn raise_fence(
+    conn: &mut AsyncPgConnection,
+    group: &str,
+    topic: &str,
+    lease: Lease,
+) -> Result<u64, diesel::result::Error> {
+    #[derive(diesel::QueryableByName)]
+    struct Fence {
+        #[diesel(sql_type = BigInt)]
+        epoch: i64,
+    }
+    let epoch = i64::try_from(lease.epoch).unwrap_or(i64::MAX);
+    let partition = i32::try_from(lease.partition).unwrap_or(i32::MAX);
+    diesel::sql_query(
+        "INSERT INTO outbox_inbox_fences (consumer_group, topic, partition, epoch)
+         VALUES ($1, $2, $3, $4)
+         ON CONFLICT (consumer_group, topic, partition) DO UPDATE
+         SET epoch = EXCLUDED.epoch, raised_at = now()
+         WHERE outbox_inbox_fences.epoch < EXCLUDED.epoch",
+    )
+    .bind::<Text, _>(group)
+    .bind::<Text, _>(topic)
+    .bind::<Integer, _>(partition)
+    .bind::<BigInt, _>(epoch)
+    .execute(conn)
+    .await?;
+    let fence: Fence = diesel::sql_query(
+        "SELECT epoch FROM outbox_inbox_fences
+         WHERE consumer_group = $1 AND topic = $2 AND partition = $3",
+    )
+    .bind::<Text, _>(group)
+    .bind::<Text, _>(topic)
+    .bind::<Integer, _>(partition)
+    .get_result(conn)
+    .await?;
+    Ok(u64::try_from(fence.epoch).unwrap_or(0))
+}
+
+/// Inside an effect's transaction, last before its commit: every `(topic, lease)` must still
+/// be its partition's fence, locked `FOR SHARE` until the commit.
+async fn check_fences<E>(
+    conn: &mut AsyncPgConnection,
+    group: &str,
+    leases: &[(&str, Lease)],
+) -> Result<(), InboxError<E>> {
+    #[derive(diesel::QueryableByName)]
+    struct Fence {
+        #[diesel(sql_type = Text)]
+        topic: String,
+        #[diesel(sql_type = Integer)]
+        partition: i32,
+        #[diesel(sql_type = BigInt)]
+        epoch: i64,
+    }
+    let topics: Vec<&str> = leases.iter().map(|(t, _)| *t).collect();
+    let partitions: Vec<i32> = leases
+        .iter()
+        .map(|(_, l)| i32::try_from(l.partition).unwrap_or(i32::MAX))
+        .collect();
+    let fences: Vec<Fence> = prepared(
+        diesel::sql_query(
+            "SELECT topic, partition, epoch FROM outbox_inbox_fences
+             WHERE consumer_group = $1
+               AND (topic, partition) IN (SELECT * FROM unnest($2::text[], $3::int[]))
+             FOR SHARE",
+        )
+        .bind::<Text, _>(group)
+        .bind::<Array<Text>, _>(&topics)
+        .bind::<Array<Integer>, _>(&partitions),
+    )
+    .load(conn)
+    .await?;
+    for (topic, lease) in leases {
+        let fence = fences
+            .iter()
+            .find(|f| f.topic == *topic && i64::from(f.partition) == i64::from(lease.partition))
+            .map_or(0, |f| u64::try_from(f.epoch).unwrap_or(0));
+        if fence != lease.epoch {
+            return Err(InboxError::Fenced {
+                topic: topic.to_string(),
+                partition: lease.partition,
+                epoch: lease.epoch,
+                fence,
+            });
+        }
+    }
+    Ok(())
 }
 
 /// In one transaction on `conn`: records every entry of `entries` for `group` in the inbox and
@@ -143,7 +293,19 @@ where
     }
     let ids: Vec<uuid::Uuid> = entries.iter().map(|e| e.id).collect();
     let topics: Vec<&str> = entries.iter().map(|e| e.topic.as_str()).collect();
+    let mut leases: Vec<(&str, Lease)> = entries
+        .iter()
+        .filter_map(|e| Some((e.topic.as_str(), e.lease?)))
+        .collect();
+    leases.sort_unstable_by_key(|(t, l)| (*t, l.partition, l.epoch));
+    leases.dedup();
     conn.transaction(async |c| {
+        if !leases.is_empty() {
+            diesel::sql_query("SELECT set_config('idle_in_transaction_session_timeout', $1, true)")
+                .bind::<Text, _>(FENCED_IDLE_TIMEOUT)
+                .execute(c)
+                .await?;
+        }
         // DO NOTHING also skips an id repeated within the batch (the first one is inserted).
         let new: Vec<New> = prepared(
             diesel::sql_query(
@@ -166,6 +328,9 @@ where
             .collect();
         if !fresh.is_empty() {
             effect(c, &fresh).await.map_err(InboxError::Effect)?;
+        }
+        if !leases.is_empty() {
+            check_fences(c, group, &leases).await?;
         }
         Ok(fresh.len())
     })
@@ -258,6 +423,8 @@ pub struct Inbox<F, E> {
     effect: F,
     retention: Duration,
     cleanup_interval: Duration,
+    /// The epoch this inbox raised each (topic, partition)'s fence to.
+    raised: Mutex<HashMap<(String, u32), u64>>,
     error: PhantomData<fn() -> E>,
 }
 
@@ -286,6 +453,7 @@ impl<F, E> Inbox<F, E> {
             effect,
             retention: Duration::from_secs(7 * 24 * 3600),
             cleanup_interval: Duration::from_secs(60),
+            raised: Mutex::new(HashMap::new()),
             error: PhantomData,
         }
     }
@@ -304,17 +472,69 @@ impl<F, E> Inbox<F, E> {
         self
     }
 
+    /// Raises the fences of the leases in `entries` that this inbox has not raised yet: once
+    /// per partition and epoch, before the first effect under a new lease.
+    async fn raise_fences(
+        &self,
+        conn: &mut AsyncPgConnection,
+        group: &str,
+        entries: &[&Entry],
+    ) -> Result<(), HandlerError> {
+        for entry in entries {
+            let Some(lease) = entry.lease else {
+                continue;
+            };
+            let slot = (entry.topic.clone(), lease.partition);
+            if self.raised_epoch(&slot) == Some(lease.epoch) {
+                continue;
+            }
+            let fence = raise_fence(conn, group, &entry.topic, lease)
+                .await
+                .map_err(|e| HandlerError::outage(format!("inbox: raising the fence: {e}")))?;
+            if fence != lease.epoch {
+                return Err(fenced(&entry.topic, lease.partition, lease.epoch, fence));
+            }
+            tracing::debug!(topic = %entry.topic, partition = lease.partition, epoch = lease.epoch, "inbox fence raised");
+            self.raised
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(slot, lease.epoch);
+        }
+        Ok(())
+    }
+
+    fn raised_epoch(&self, slot: &(String, u32)) -> Option<u64> {
+        self.raised
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(slot)
+            .copied()
+    }
+
     async fn maintain_group(&self, group: &str) {
         retention_loop(&self.pool, group, self.retention, self.cleanup_interval).await
     }
 }
 
+/// A fence's refusal as the consumer takes it.
+fn fenced(topic: &str, partition: u32, epoch: u64, fence: u64) -> HandlerError {
+    HandlerError::fenced(format!(
+        "inbox: partition {partition} of `{topic}` is fenced at epoch {fence}, above this consumer's {epoch}: a newer owner holds it"
+    ))
+}
+
 impl<E: Into<HandlerError>> InboxError<E> {
     /// What the consumer makes of it: the effect's error as the effect said; the inbox's own
-    /// database failures as outages.
+    /// database failures as outages; a fence's refusal as [`ErrorKind::Fenced`](crate::ErrorKind).
     fn into_handler_error(self) -> HandlerError {
         match self {
             InboxError::Effect(e) => e.into(),
+            InboxError::Fenced {
+                topic,
+                partition,
+                epoch,
+                fence,
+            } => fenced(&topic, partition, epoch, fence),
             InboxError::Pool(e) => {
                 HandlerError::outage(format!("inbox: no database connection: {e}"))
             }
@@ -334,6 +554,8 @@ where
             .get()
             .await
             .map_err(|e| InboxError::<E>::Pool(e).into_handler_error())?;
+        self.raise_fences(&mut conn, &entry.group, &[&entry])
+            .await?;
         let applied = apply_once(&mut conn, &entry.group, &entry, &self.effect).await;
         match applied.map_err(InboxError::into_handler_error)? {
             Applied::Applied => {}
@@ -368,6 +590,8 @@ where
             .get()
             .await
             .map_err(|e| InboxError::<E>::Pool(e).into_handler_error())?;
+        let refs: Vec<&Entry> = entries.iter().collect();
+        self.raise_fences(&mut conn, &group, &refs).await?;
         let applied = apply_batch_once(&mut conn, &group, &entries, &self.effect)
             .await
             .map_err(InboxError::into_handler_error)?;

@@ -18,6 +18,7 @@
 //! | `consumer` | [`Consumer`]: the loop (own pending entries first, then new ones), acks, claims |
 //! | `handling` | one batch: checks before a handler, lanes or whole batches, retry or dead stream |
 //! | `lanes` | splitting a batch by partition key: keys concurrently, one key in order |
+//! | `fleet` | dividing a partitioned topic's partitions among the group: membership, leases, epochs |
 //! | `stream` | every Redis command the consumer sends |
 //! | `inbox` (feature `inbox`) | exactly-once effects: the effect and the `outbox_inbox` row in one transaction |
 //!
@@ -57,6 +58,7 @@
 
 mod config;
 mod consumer;
+mod fleet;
 mod handler;
 mod handling;
 #[cfg(feature = "inbox")]
@@ -67,4 +69,4 @@ mod stream;
 pub use config::{ConfigError, ConsumerConfig};
 pub use consumer::{Consumer, ConsumerError, RunStats};
 pub use handler::{BatchHandler, Batches, ErrorKind, Handler, HandlerError, Processing};
-pub use outbox_core::{ConnectError, Entry, EntryError};
+pub use outbox_core::{ConnectError, Entry, EntryError, Lease};

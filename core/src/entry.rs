@@ -62,6 +62,23 @@ pub struct Entry {
     /// without `--group`). Not part of the JSON form either.
     #[serde(skip)]
     pub group: Arc<str>,
+    /// The lease under which this consumer handles the entry, for a partitioned topic whose
+    /// partitions the group's consumers divide: the partition and its fencing epoch. An
+    /// effect stored elsewhere can be fenced with it (refuse a write whose epoch is lower than
+    /// the highest seen for the partition); the inbox does. `None` for a topic with one
+    /// stream, or read outside a group.
+    #[serde(skip)]
+    pub lease: Option<Lease>,
+}
+
+/// A consumer's hold on one partition of a topic: handed out by the group's fleet, raised by
+/// each new owner, so a higher epoch always means a later owner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Lease {
+    /// The partition (0-based).
+    pub partition: u32,
+    /// The fencing epoch: incremented each time a consumer takes the partition.
+    pub epoch: u64,
 }
 
 /// Why a stream entry is not a well-formed outbox event.
@@ -140,6 +157,7 @@ impl Entry {
             created_at,
             deliveries: 1,
             group: Arc::from(""),
+            lease: None,
         })
     }
 

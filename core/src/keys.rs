@@ -3,10 +3,11 @@
 //! 0..N), its dead stream `<prefix><topic>:dead`, and the hash `<prefix>partitions` (field:
 //! topic, value: N) that tells consumers how many partitions a topic has.
 //!
-//! A consumer group's fleet on a partitioned topic keeps its bookkeeping beside the streams,
-//! all in one hash slot (the group's name is the hash tag): the sorted set of live members
-//! `<prefix><topic>:{<group>}:members`, each partition's lease `...:owner:<p>` (the owning
-//! consumer's name, expiring) and its fencing epoch `...:epoch:<p>` (raised by each new owner).
+//! A consumer group's fleet on a partitioned topic keeps its bookkeeping beside the streams:
+//! the sorted set of live members `<prefix><topic>:{<group>}:members`, and per partition
+//! stream its lease `{<stream>}:owner:<group>` (the owning consumer's name, expiring) and its
+//! fencing epoch `{<stream>}:epoch:<group>` (raised by each new owner), both in the stream's
+//! cluster slot.
 
 /// `<prefix><topic>`: the topic's stream.
 pub fn stream_key(prefix: &str, topic: &str) -> String {
@@ -45,26 +46,36 @@ pub fn dead_key_of(stream: &str) -> String {
     format!("{stream}:dead")
 }
 
-/// `<prefix><topic>:{<group>}`: the start of every key of a group's fleet on a topic. The
-/// braces make the group's name the cluster hash tag, so one script can touch them all.
-pub fn fleet_base(prefix: &str, topic: &str, group: &str) -> String {
-    format!("{prefix}{topic}:{{{group}}}")
+/// The `{...}` part that gives a key the cluster slot of `key`: `key` itself when it holds a
+/// valid hash tag (Redis then hashes only the tag, which stays the first), else `{key}`.
+pub fn slot_tag(key: &str) -> String {
+    if let Some(open) = key.find('{') {
+        if let Some(len) = key[open + 1..].find('}') {
+            if len > 0 {
+                return key.to_string();
+            }
+        }
+    }
+    format!("{{{key}}}")
 }
 
-/// The sorted set of a group's live consumers on a topic (score: when the membership expires,
-/// in Redis server milliseconds).
+/// The sorted set of a group's live consumers on a topic (member: the consumer's name; score:
+/// when its membership expires, in Redis server milliseconds). The braces make the group's
+/// name the hash tag.
 pub fn fleet_members(prefix: &str, topic: &str, group: &str) -> String {
-    format!("{}:members", fleet_base(prefix, topic, group))
+    format!("{prefix}{topic}:{{{group}}}:members")
 }
 
-/// The lease of one partition: the owning consumer's name, with the lease's expiry as TTL.
-pub fn partition_owner(prefix: &str, topic: &str, group: &str, partition: u32) -> String {
-    format!("{}:owner:{partition}", fleet_base(prefix, topic, group))
+/// The lease of a partition stream for a group: the owning consumer's name, expiring with
+/// the lease. In the stream's slot, so one script can check the lease and move entries.
+pub fn partition_owner(stream: &str, group: &str) -> String {
+    format!("{}:owner:{group}", slot_tag(stream))
 }
 
-/// The fencing epoch of one partition: incremented by each consumer that takes its lease.
-pub fn partition_epoch(prefix: &str, topic: &str, group: &str, partition: u32) -> String {
-    format!("{}:epoch:{partition}", fleet_base(prefix, topic, group))
+/// The fencing epoch of a partition stream for a group: incremented by each consumer that
+/// takes its lease. In the stream's slot too.
+pub fn partition_epoch(stream: &str, group: &str) -> String {
+    format!("{}:epoch:{group}", slot_tag(stream))
 }
 
 #[cfg(test)]
@@ -88,7 +99,8 @@ mod tests {
         assert_eq!(partition_keys("o:", "t", 1), ["o:t"]);
         assert_eq!(partitions_hash("o:"), "o:partitions");
         assert_eq!(fleet_members("o:", "t", "g"), "o:t:{g}:members");
-        assert_eq!(partition_owner("o:", "t", "g", 3), "o:t:{g}:owner:3");
-        assert_eq!(partition_epoch("o:", "t", "g", 3), "o:t:{g}:epoch:3");
+        assert_eq!(partition_owner("o:t:3", "g"), "{o:t:3}:owner:g");
+        assert_eq!(partition_epoch("o:t:3", "g"), "{o:t:3}:epoch:g");
+        assert_eq!(partition_owner("{o}:t:3", "g"), "{o}:t:3:owner:g");
     }
 }

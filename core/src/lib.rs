@@ -32,5 +32,5 @@ pub mod prepared;
 pub mod redis_conn;
 pub mod topic;
 
-pub use entry::{Entry, EntryError};
+pub use entry::{Entry, EntryError, Lease};
 pub use redis_conn::{ConnectError, RedisConn};

@@ -72,3 +72,20 @@ fn run_blocking(url: &str) -> Result<usize, MigrateError> {
     drop(runtime);
     applied
 }
+
+#[cfg(test)]
+mod tests {
+    /// The consumer library creates its inbox tables from its own copy of the SQL (it is
+    /// packaged alone); `migrate` must create the very same tables.
+    #[test]
+    fn the_inbox_migrations_are_the_consumer_librarys_sql() {
+        assert_eq!(
+            include_str!("../../migrations/2026-12-07-000001_inbox/up.sql"),
+            include_str!("../../consumer/sql/inbox.sql")
+        );
+        assert_eq!(
+            include_str!("../../migrations/2026-12-09-000001_inbox_fences/up.sql"),
+            include_str!("../../consumer/sql/inbox_fences.sql")
+        );
+    }
+}

@@ -14,21 +14,8 @@
 
 use std::time::Duration;
 
+use outbox_core::keys::slot_tag;
 pub use outbox_core::keys::{partition_key, partition_keys, partitions_hash, stream_key};
-
-/// The `{...}` part that gives the dedup keys the stream's cluster slot.
-fn slot_tag(stream: &str) -> String {
-    // If the stream key has a valid hash tag, Redis hashes only that; keeping the key as a
-    // prefix keeps the same first tag. Otherwise the whole key is hashed: wrap it in braces.
-    if let Some(open) = stream.find('{') {
-        if let Some(len) = stream[open + 1..].find('}') {
-            if len > 0 {
-                return stream.to_string();
-            }
-        }
-    }
-    format!("{{{stream}}}")
-}
 
 /// The dedup sets of a stream at `now_secs`: the current bucket (written), then the
 /// previous and the next (read too, to tolerate clock skew between replicas).

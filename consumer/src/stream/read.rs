@@ -1,13 +1,17 @@
-//! Reading: creating the group, new entries (`XREADGROUP ... >`), this consumer's pending
-//! entries and the entries themselves (`XRANGE`).
+//! Reading: creating the group, new entries (`XREADGROUP ... >`, fenced by partition leases),
+//! waiting for them, this consumer's pending entries and the entries themselves (`XRANGE`).
 
 use std::sync::Arc;
+use std::time::Duration;
 
+use redis::cluster_routing::Slot;
 use redis::{RedisResult, Value};
 
 use super::settle::add_acks;
 use super::{parse_entries, parse_read_reply, EntryRef, RawEntry};
 use crate::config::ConsumerConfig;
+use crate::fleet::scripts::{self, ReadTarget};
+use outbox_core::entry::value_text;
 use outbox_core::{groups, keys, RedisConn};
 
 /// `XGROUP CREATE key group 0 MKSTREAM`; a group that exists already is left as it is.
@@ -15,31 +19,158 @@ pub(crate) async fn ensure_group(conn: &mut RedisConn, key: &str, group: &str) -
     groups::create(conn, key, group, "0").await.map(|_| ())
 }
 
-/// `XREADGROUP ... COUNT n BLOCK ms STREAMS key... > ...`: up to `count` entries of each
-/// stream never delivered to the group, now in this consumer's pending list; `acks` are
-/// acknowledged first, in the same round trip.
+/// A stream to read new entries from: its key, and the owner key of its lease when it is a
+/// partition divided among the group (read only while this consumer holds the lease).
+#[derive(Debug, Clone)]
+pub(crate) struct ReadFrom {
+    pub(crate) stream: Arc<str>,
+    pub(crate) owner: Option<String>,
+}
+
+/// What a read of new entries found.
+#[derive(Debug)]
+pub(crate) enum NewEntries {
+    /// Entries, now in this consumer's pending list.
+    Some(Vec<RawEntry>),
+    /// Nothing new: each readable stream's last id, to wait on ([`wait_for_new`]).
+    None(Vec<(Arc<str>, String)>),
+}
+
+/// Up to `count` entries of each stream never delivered to the group (`XREADGROUP ... >`,
+/// inside a script that skips partitions whose lease this consumer no longer holds), now in
+/// this consumer's pending list; `acks` are acknowledged first, in the same round trip. One
+/// script per hash slot on a cluster.
 pub(crate) async fn read_new(
     conn: &mut RedisConn,
     config: &ConsumerConfig,
-    keys: &[Arc<str>],
+    from: &[ReadFrom],
     acks: &[EntryRef],
-) -> RedisResult<Vec<RawEntry>> {
+) -> RedisResult<NewEntries> {
     let mut pipe = redis::pipe();
     add_acks(&mut pipe, config, acks);
-    pipe.cmd("XREADGROUP")
-        .arg("GROUP")
-        .arg(&config.group)
-        .arg(&config.consumer)
+    let groups = by_slot(from, conn.is_cluster());
+    for group in &groups {
+        let targets: Vec<ReadTarget<'_>> = group
+            .iter()
+            .map(|r| ReadTarget {
+                stream: &r.stream,
+                owner: r.owner.as_deref(),
+            })
+            .collect();
+        scripts::add_read(
+            &mut pipe,
+            &config.group,
+            &config.consumer,
+            config.batch_size,
+            &targets,
+        );
+    }
+    if groups.is_empty() {
+        super::settle::run(conn, &pipe).await?;
+        return Ok(NewEntries::None(Vec::new()));
+    }
+    let replies: Vec<Value> = pipe.query_async(conn).await?;
+    let keys: Vec<Arc<str>> = from.iter().map(|r| r.stream.clone()).collect();
+    let mut entries = Vec::new();
+    let mut last = Vec::new();
+    for reply in replies {
+        let Value::Array(mut parts) = reply else {
+            continue;
+        };
+        if parts.is_empty() {
+            continue;
+        }
+        let body = if parts.len() > 1 {
+            parts.swap_remove(1)
+        } else {
+            Value::Nil
+        };
+        match value_text(&parts[0]).as_deref() {
+            Some("e") => entries.extend(parse_read_reply(body, &keys)),
+            Some("w") => last.extend(parse_last_ids(body, &keys)),
+            _ => {}
+        }
+    }
+    Ok(match entries.is_empty() {
+        true => NewEntries::None(last),
+        false => NewEntries::Some(entries),
+    })
+}
+
+/// `{stream, id, stream, id, ...}` as pairs.
+fn parse_last_ids(body: Value, keys: &[Arc<str>]) -> Vec<(Arc<str>, String)> {
+    let Value::Array(flat) = body else {
+        return Vec::new();
+    };
+    flat.chunks(2)
+        .filter_map(|pair| {
+            let name = value_text(pair.first()?)?;
+            let id = value_text(pair.get(1)?)?;
+            let key = keys
+                .iter()
+                .find(|k| k.as_ref() == name)
+                .cloned()
+                .unwrap_or_else(|| Arc::from(name));
+            Some((key, id))
+        })
+        .collect()
+}
+
+/// The streams to read, grouped so that each group lives in one hash slot (one group off a
+/// cluster).
+fn by_slot(from: &[ReadFrom], cluster: bool) -> Vec<Vec<&ReadFrom>> {
+    if from.is_empty() {
+        return Vec::new();
+    }
+    if !cluster {
+        return vec![from.iter().collect()];
+    }
+    let mut groups: Vec<(Slot, Vec<&ReadFrom>)> = Vec::new();
+    for r in from {
+        let slot = Slot::for_key(r.stream.as_bytes());
+        match groups.iter_mut().find(|(s, _)| *s == slot) {
+            Some((_, group)) => group.push(r),
+            None => groups.push((slot, vec![r])),
+        }
+    }
+    groups.into_iter().map(|(_, g)| g).collect()
+}
+
+/// Waits until a stream of `last` (stream, last id) gets an entry past that id, or `block`
+/// passes: `XREAD BLOCK`, which does not touch the group. On a cluster whose streams span
+/// several slots a blocking read could not cover them all: it polls instead.
+pub(crate) async fn wait_for_new(
+    conn: &mut RedisConn,
+    config: &ConsumerConfig,
+    last: &[(Arc<str>, String)],
+) -> RedisResult<()> {
+    let first = last.first().map(|(s, _)| Slot::for_key(s.as_bytes()));
+    let one_slot = last
+        .iter()
+        .all(|(s, _)| Some(Slot::for_key(s.as_bytes())) == first);
+    if last.is_empty() || (conn.is_cluster() && !one_slot) {
+        tokio::time::sleep(config.block.min(POLL)).await;
+        return Ok(());
+    }
+    let _: Value = redis::cmd("XREAD")
         .arg("COUNT")
-        .arg(config.batch_size)
+        .arg(1)
         .arg("BLOCK")
         .arg(config.block.as_millis().max(1) as u64)
         .arg("STREAMS")
-        .arg(keys.iter().map(|k| k.as_ref()).collect::<Vec<&str>>())
-        .arg(vec![">"; keys.len()]);
-    let (reply,): (Value,) = pipe.query_async(conn).await?;
-    Ok(parse_read_reply(reply, keys))
+        .arg(last.iter().map(|(s, _)| s.as_ref()).collect::<Vec<&str>>())
+        .arg(
+            last.iter()
+                .map(|(_, id)| id.as_str())
+                .collect::<Vec<&str>>(),
+        )
+        .query_async(conn)
+        .await?;
+    Ok(())
 }
+
+/// How often a consumer whose streams span several cluster slots looks for new entries.
+const POLL: Duration = Duration::from_millis(50);
 
 /// A pending entry's id and how many times it was delivered.
 pub(crate) type Pending = (String, u64);
@@ -88,15 +219,16 @@ pub(crate) async fn fetch(
         .collect())
 }
 
-/// The streams of the configured topics, in order: `<prefix><topic>`, or for a topic with
+/// The streams of each configured topic, in order: `<prefix><topic>`, or for a topic with
 /// N > 1 partitions in the `<prefix>partitions` hash its N streams.
 pub(crate) async fn resolve_partitions(
     conn: &mut RedisConn,
     config: &ConsumerConfig,
-) -> RedisResult<Vec<Arc<str>>> {
+) -> RedisResult<Vec<(String, Vec<Arc<str>>)>> {
     let prefix = &config.stream_prefix;
-    let mut streams = Vec::new();
+    let mut topics = Vec::new();
     for topic in &config.topics {
+        let mut streams = Vec::new();
         let counts: Option<u32> = redis::cmd("HGET")
             .arg(keys::partitions_hash(prefix))
             .arg(topic)
@@ -110,6 +242,7 @@ pub(crate) async fn resolve_partitions(
                     .map(Arc::from),
             ),
         }
+        topics.push((topic.clone(), streams));
     }
-    Ok(streams)
+    Ok(topics)
 }

@@ -1,0 +1,180 @@
+//! The heartbeat: renews this consumer's membership, takes the partitions it should own when
+//! their leases are free, renews the leases it holds, and marks those it should give up. Runs
+//! beside the loop, on its own connection, for as long as the consumer runs; a clean stop
+//! leaves the group ([`leave`]) so the others take over at once instead of after a lease.
+
+use std::collections::HashSet;
+use std::convert::Infallible;
+use std::time::{Duration, Instant};
+
+use futures::future::join_all;
+
+use outbox_core::backoff::ErrorLog;
+use outbox_core::RedisConn;
+
+use super::scripts::{self, LeaseOp};
+use super::{assign, Fleet, Held};
+
+/// How often the heartbeat runs: often enough that a join or a leave is seen within a
+/// second, and at least six times per lease.
+pub(crate) fn beat_every(lease: Duration) -> Duration {
+    (lease / 6).clamp(Duration::from_millis(20), Duration::from_secs(1))
+}
+
+/// Runs the heartbeat forever (the consumer drops it when it stops).
+pub(crate) async fn heartbeat(fleet: &Fleet, mut conn: RedisConn) -> Infallible {
+    let every = beat_every(fleet.lease);
+    let mut errors = ErrorLog::new(Duration::from_secs(30));
+    loop {
+        match beat(fleet, &mut conn).await {
+            Ok(()) => errors.reset(),
+            Err(e) => {
+                if let Some(suppressed) = errors.admit(Instant::now()) {
+                    tracing::warn!(error = %e, suppressed, group = %fleet.group, consumer = %fleet.me, "could not renew partition leases; partitions whose lease runs out stop being handled");
+                }
+            }
+        }
+        tokio::time::sleep(every).await;
+    }
+}
+
+/// One round over every divided topic.
+async fn beat(fleet: &Fleet, conn: &mut RedisConn) -> redis::RedisResult<()> {
+    let topics = fleet.state().topics.clone();
+    let mut failure = None;
+    for topic in topics {
+        let sent = Instant::now();
+        let members = scripts::join(conn, &topic.members, &fleet.me, fleet.lease_ms()).await?;
+        let count = u32::try_from(topic.partitions.len()).unwrap_or(u32::MAX);
+        let targets: HashSet<u32> = assign::targets(&members, &fleet.me, count)
+            .into_iter()
+            .collect();
+        let asks: Vec<(u32, LeaseOp)> = {
+            let state = fleet.state();
+            (0..count)
+                .filter_map(|p| {
+                    let keys = &topic.partitions[p as usize];
+                    if state.held.contains_key(&keys.stream) {
+                        Some((p, LeaseOp::Renew))
+                    } else if targets.contains(&p) {
+                        Some((p, LeaseOp::Take))
+                    } else {
+                        None
+                    }
+                })
+                .collect()
+        };
+        let replies = join_all(asks.iter().map(|&(p, op)| {
+            let mut conn = conn.clone();
+            let keys = &topic.partitions[p as usize];
+            async move {
+                scripts::lease(
+                    &mut conn,
+                    &keys.owner,
+                    &keys.epoch,
+                    &fleet.me,
+                    fleet.lease_ms(),
+                    op,
+                )
+                .await
+            }
+        }))
+        .await;
+        let valid_until = sent + fleet.trust();
+        let mut state = fleet.state();
+        for (&(p, op), reply) in asks.iter().zip(replies) {
+            let stream = topic.partitions[p as usize].stream.clone();
+            let keep = targets.contains(&p);
+            let epoch = match reply {
+                Ok(epoch) => u64::try_from(epoch).ok().filter(|e| *e > 0),
+                Err(e) => {
+                    // Not renewed: the lease lapses locally when its time is up.
+                    failure = Some(e);
+                    continue;
+                }
+            };
+            match (op, epoch) {
+                (LeaseOp::Renew, Some(epoch)) => {
+                    let Some(held) = state.held.get_mut(&stream) else {
+                        continue; // released meanwhile by the loop
+                    };
+                    if held.epoch != epoch {
+                        tracing::warn!(topic = %topic.topic, partition = p, "partition lease changed hands: no longer handled here");
+                        state.held.remove(&stream);
+                        continue;
+                    }
+                    if held.keep && !keep {
+                        tracing::info!(topic = %topic.topic, partition = p, members = members.len(), "giving up partition for a rebalance, after the batch in hand");
+                    }
+                    held.valid_until = valid_until;
+                    held.keep = keep;
+                }
+                (LeaseOp::Renew, None) => {
+                    if state.held.remove(&stream).is_some() {
+                        tracing::warn!(topic = %topic.topic, partition = p, "partition lease lost (it ran out): no longer handled here");
+                    }
+                }
+                (LeaseOp::Take, Some(epoch)) => {
+                    tracing::info!(topic = %topic.topic, partition = p, epoch, members = members.len(), "took partition");
+                    state.held.insert(
+                        stream,
+                        Held {
+                            partition: p,
+                            epoch,
+                            valid_until,
+                            keep: true,
+                            handed_over: false,
+                        },
+                    );
+                }
+                // Another consumer still holds it: it gives it up after its batch, or its
+                // lease runs out.
+                (LeaseOp::Take, None) | (LeaseOp::Release, _) => {}
+            }
+        }
+    }
+    match failure {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+/// A clean stop: leaves the members sets first (so the others count without this consumer),
+/// then releases every lease held.
+pub(crate) async fn leave(fleet: &Fleet, conn: &mut RedisConn) -> redis::RedisResult<()> {
+    let (leases, members) = fleet.everything();
+    for key in &members {
+        scripts::leave(conn, key, &fleet.me).await?;
+    }
+    for (owner, epoch) in &leases {
+        scripts::lease(
+            conn,
+            owner,
+            epoch,
+            &fleet.me,
+            fleet.lease_ms(),
+            LeaseOp::Release,
+        )
+        .await?;
+    }
+    fleet.state().held.clear();
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_heartbeat_runs_six_times_per_lease_at_most_every_second() {
+        assert_eq!(beat_every(Duration::from_secs(30)), Duration::from_secs(1));
+        assert_eq!(
+            beat_every(Duration::from_secs(3)),
+            Duration::from_millis(500)
+        );
+        assert_eq!(
+            beat_every(Duration::from_millis(100)),
+            Duration::from_millis(20)
+        );
+    }
+}
