@@ -225,6 +225,9 @@ impl Consumer {
         process: &P,
     ) -> redis::RedisResult<Turn> {
         let config = &self.config;
+        if self.fleet.take_stale() {
+            state.group_ready = false;
+        }
         if !state.group_ready {
             let topics = stream::resolve_partitions(conn, config).await?;
             state.streams = topics.iter().flat_map(|(_, s)| s.iter().cloned()).collect();

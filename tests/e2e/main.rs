@@ -44,6 +44,7 @@ mod crash;
 mod dedup;
 mod delivery;
 mod demo;
+mod fleet;
 mod groups;
 mod inbox_batches;
 mod lease;

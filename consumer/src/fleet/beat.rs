@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use futures::future::join_all;
 
 use outbox_core::backoff::ErrorLog;
-use outbox_core::RedisConn;
+use outbox_core::{keys, RedisConn};
 
 use super::scripts::{self, LeaseOp};
 use super::{assign, Fleet, Held};
@@ -38,8 +38,34 @@ pub(crate) async fn heartbeat(fleet: &Fleet, mut conn: RedisConn) -> Infallible 
     }
 }
 
+/// Notes a topic whose partition count in the partitions hash is not the one the loop
+/// resolved (the relay records it when it first publishes the topic, and `repartition`
+/// changes it).
+async fn check_counts(fleet: &Fleet, conn: &mut RedisConn) -> redis::RedisResult<()> {
+    let counts = fleet.state().counts.clone();
+    if counts.is_empty() {
+        return Ok(());
+    }
+    let hash = keys::partitions_hash(&fleet.prefix);
+    let mut pipe = redis::pipe();
+    for (topic, _) in &counts {
+        pipe.cmd("HGET").arg(&hash).arg(topic);
+    }
+    let now: Vec<Option<u32>> = pipe.query_async(conn).await?;
+    let changed = counts
+        .iter()
+        .zip(now)
+        .any(|((_, was), now)| now.unwrap_or(1).max(1) != *was);
+    if changed {
+        tracing::info!("a topic's partition count changed: reading its streams anew");
+        fleet.state().stale = true;
+    }
+    Ok(())
+}
+
 /// One round over every divided topic.
 async fn beat(fleet: &Fleet, conn: &mut RedisConn) -> redis::RedisResult<()> {
+    check_counts(fleet, conn).await?;
     let topics = fleet.state().topics.clone();
     let mut failure = None;
     for topic in topics {

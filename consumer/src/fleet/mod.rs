@@ -57,6 +57,10 @@ struct Held {
 
 #[derive(Debug, Default)]
 struct State {
+    /// Every topic read, with its partition count as last resolved.
+    counts: Vec<(String, u32)>,
+    /// The partitions hash disagrees with `counts`: the loop resolves the streams again.
+    stale: bool,
     topics: Vec<FleetTopic>,
     /// Owner key of each fenced stream.
     owners: HashMap<Arc<str>, String>,
@@ -106,6 +110,11 @@ impl Fleet {
     /// forgotten (the caller re-resolves after a repartition).
     pub(crate) fn configure(&self, topics: &[(String, Vec<Arc<str>>)]) {
         let mut state = self.state();
+        state.counts = topics
+            .iter()
+            .map(|(topic, streams)| (topic.clone(), u32::try_from(streams.len()).unwrap_or(1)))
+            .collect();
+        state.stale = false;
         state.topics = topics
             .iter()
             .filter(|(_, streams)| streams.len() > 1)
@@ -130,6 +139,12 @@ impl Fleet {
             .collect();
         state.held.retain(|stream, _| owners.contains_key(stream));
         state.owners = owners;
+    }
+
+    /// Whether a topic's partition count changed since [`Fleet::configure`] (a topic got
+    /// partitioned after the consumer started, or was repartitioned); clears the flag.
+    pub(crate) fn take_stale(&self) -> bool {
+        std::mem::take(&mut self.state().stale)
     }
 
     /// Whether any topic is divided among the group.

@@ -1,0 +1,385 @@
+//! A consumer group's fleet on a partitioned topic: `examples/inbox_consumer` processes divide
+//! the partitions (at most one owner each, counts within one of each other after joins and
+//! leaves), and keep each key's events in commit order through SIGKILLs, freezes past the
+//! lease (SIGSTOP, SIGCONT), scale-up and scale-down; the inbox's fence refuses the commit of
+//! a consumer whose partition has a newer owner.
+//!
+//! Order is judged by commit order: a trigger on `example_effects` refuses (raises) an
+//! effect whose key has an earlier event without a committed effect, so an effect out of
+//! order, or two of one key at once, shows as "ORDER VIOLATION" in a consumer's log.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use redis::AsyncCommands;
+
+use crate::support::*;
+
+const PARTITIONS: u32 = 8;
+
+/// The fleet's consumers: a short lease, so freezes and kills are felt within seconds.
+const FLEET_ARGS: &[&str] = &[
+    "--claim-idle",
+    "2s",
+    "--max-deliveries",
+    "10",
+    "--batch-size",
+    "50",
+    "--retry-base",
+    "50ms",
+    "--concurrency",
+    "4",
+];
+
+fn relay_env(db: &TestDb, redis: &TestRedis) -> Vec<(String, String)> {
+    let mut env = base_env(db, redis);
+    env.push(("OUTBOX__TOPICS".into(), format!("t0:{PARTITIONS}")));
+    env.push(("OUTBOX__GROUPS".into(), format!("t0:{EFFECTS_GROUP}")));
+    env
+}
+
+fn spawn(db: &TestDb, redis: &TestRedis, name: &str) -> ExampleConsumer {
+    ExampleConsumer::spawn(db, redis, "t0", EFFECTS_GROUP, name, FLEET_ARGS)
+}
+
+/// Each partition's owner, from its lease key.
+async fn owners(redis: &TestRedis) -> Vec<Option<String>> {
+    let mut c = redis.conn().await;
+    let mut out = Vec::new();
+    for p in 0..PARTITIONS {
+        let key =
+            outbox_core::keys::partition_owner(&redis.stream(&format!("t0:{p}")), EFFECTS_GROUP);
+        out.push(c.get(key).await.expect("get owner"));
+    }
+    out
+}
+
+/// Every partition owned, by live consumers only, counts within one of each other.
+fn balanced(owners: &[Option<String>], live: &[String]) -> Result<(), String> {
+    let mut counts: HashMap<&str, usize> = live.iter().map(|n| (n.as_str(), 0)).collect();
+    for (p, owner) in owners.iter().enumerate() {
+        let Some(owner) = owner else {
+            return Err(format!("partition {p} has no owner: {owners:?}"));
+        };
+        match counts.get_mut(owner.as_str()) {
+            Some(n) => *n += 1,
+            None => {
+                return Err(format!(
+                    "partition {p} owned by {owner}, not live: {owners:?}"
+                ))
+            }
+        }
+    }
+    let (lo, hi) = (counts.values().min(), counts.values().max());
+    match lo.zip(hi) {
+        Some((lo, hi)) if hi - lo <= 1 => Ok(()),
+        _ => Err(format!("unbalanced {counts:?}")),
+    }
+}
+
+async fn wait_balanced(redis: &TestRedis, live: &[String], within: Duration) -> Duration {
+    let start = Instant::now();
+    wait_until(within, || async { balanced(&owners(redis).await, live) }).await;
+    start.elapsed()
+}
+
+fn signal(consumer: &ExampleConsumer, sig: &str) {
+    let status = std::process::Command::new("kill")
+        .args([sig, &consumer.child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+}
+
+/// The group's pending entries over all partitions.
+async fn pending(redis: &TestRedis) -> usize {
+    let mut c = redis.reader().await;
+    let mut total = 0;
+    for p in 0..PARTITIONS {
+        let reply: redis::RedisResult<redis::streams::StreamPendingReply> = c
+            .xpending(redis.stream(&format!("t0:{p}")), EFFECTS_GROUP)
+            .await;
+        if let Ok(redis::streams::StreamPendingReply::Data(data)) = reply {
+            total += data.count;
+        }
+    }
+    total
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fleet_divides_the_partitions_and_rebalances_after_joins_and_leaves() {
+    let db = TestDb::new().await;
+    let redis = TestRedis::shared();
+    let _relay = RelayProc::spawn("fleet-balance", &relay_env(&db, &redis));
+    let mut fleet: Vec<ExampleConsumer> = (0..3)
+        .map(|i| spawn(&db, &redis, &format!("c{i}")))
+        .collect();
+    let names =
+        |fleet: &[ExampleConsumer]| fleet.iter().map(|c| c.name.clone()).collect::<Vec<_>>();
+    wait_balanced(&redis, &names(&fleet), Duration::from_secs(30)).await;
+
+    // A join: 2 each.
+    fleet.push(spawn(&db, &redis, "c3"));
+    let join = wait_balanced(&redis, &names(&fleet), Duration::from_secs(30)).await;
+    // A clean leave (SIGTERM) gives its partitions back at once.
+    let leaving = fleet.remove(0);
+    leaving.terminate();
+    let leave = wait_balanced(&redis, &names(&fleet), Duration::from_secs(30)).await;
+    // A crash: its partitions wait for its lease (2 s) to run out.
+    let mut crashed = fleet.remove(0);
+    crashed.kill9();
+    let crash = wait_balanced(&redis, &names(&fleet), Duration::from_secs(30)).await;
+    eprintln!("balanced again after a join {join:?}, a leave {leave:?}, a crash {crash:?}");
+    let epochs_owned: Vec<i64> = {
+        let mut c = redis.conn().await;
+        let mut e = Vec::new();
+        for p in 0..PARTITIONS {
+            let key = outbox_core::keys::partition_epoch(
+                &redis.stream(&format!("t0:{p}")),
+                EFFECTS_GROUP,
+            );
+            e.push(
+                c.get::<_, Option<i64>>(key)
+                    .await
+                    .expect("epoch")
+                    .unwrap_or(0),
+            );
+        }
+        e
+    };
+    assert!(
+        epochs_owned.iter().all(|e| *e >= 1),
+        "each owner took an epoch: {epochs_owned:?}"
+    );
+    let log = fleet[0].log();
+    assert!(log.contains("took partition"), "{log}");
+}
+
+/// The trigger that judges order by commit order (see the module's documentation).
+const ORDER_CHECK: &str = "
+CREATE TABLE example_effects (
+    event_id uuid NOT NULL,
+    topic text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX ON example_effects (event_id);
+CREATE FUNCTION fleet_order_check() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE k text; n bigint;
+BEGIN
+  SELECT partition_key, (payload->>'n')::bigint INTO k, n FROM outbox WHERE id = NEW.event_id;
+  IF EXISTS (SELECT 1 FROM outbox o
+             WHERE o.topic = NEW.topic AND o.partition_key = k AND (o.payload->>'n')::bigint < n
+               AND NOT EXISTS (SELECT 1 FROM example_effects e WHERE e.event_id = o.id)) THEN
+    RAISE EXCEPTION 'ORDER VIOLATION: event % of key % before an earlier event of its key', n, k;
+  END IF;
+  RETURN NEW;
+END $$;
+CREATE TRIGGER fleet_order_check BEFORE INSERT ON example_effects
+  FOR EACH ROW EXECUTE FUNCTION fleet_order_check();
+";
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fleet_keeps_each_keys_order_through_kills_freezes_and_scaling() {
+    let db = TestDb::new().await;
+    let redis = TestRedis::shared();
+    db.exec(ORDER_CHECK).await;
+    let _relay = RelayProc::spawn("fleet-chaos", &relay_env(&db, &redis));
+    let mut fleet: Vec<ExampleConsumer> = (0..3)
+        .map(|i| spawn(&db, &redis, &format!("c{i}")))
+        .collect();
+    let mut logs = Vec::new();
+    let (rounds, per_round, keys) = (50usize, 100i64, 40usize);
+    let producer = tokio::spawn({
+        let url = db.url.clone();
+        async move {
+            produce_rounds(
+                &url,
+                0,
+                rounds,
+                per_round,
+                1,
+                keys,
+                Duration::from_millis(150),
+            )
+            .await
+        }
+    });
+    let mut next = 3;
+    let mut froze = None;
+    for step in 0..10 {
+        tokio::time::sleep(Duration::from_millis(1200)).await;
+        match step % 5 {
+            // A crash, restarted under its name (its pending entries are its own at once).
+            0 => {
+                let mut c = fleet.remove(0);
+                c.kill9();
+                logs.push(c.log());
+                fleet.push(spawn(&db, &redis, &c.name));
+            }
+            // Frozen past its lease (2 s): the others take its partitions; resumed, it may
+            // not read, take or commit anything of them.
+            1 => {
+                signal(&fleet[0], "-STOP");
+                tokio::time::sleep(Duration::from_secs(4)).await;
+                signal(&fleet[0], "-CONT");
+                froze = Some(fleet[0].name.clone());
+            }
+            // Scale up.
+            2 => {
+                fleet.push(spawn(&db, &redis, &format!("c{next}")));
+                next += 1;
+            }
+            // A crash, replaced under a new name.
+            3 => {
+                let mut c = fleet.remove(0);
+                c.kill9();
+                logs.push(c.log());
+                fleet.push(spawn(&db, &redis, &format!("c{next}")));
+                next += 1;
+            }
+            // Scale down, cleanly.
+            _ => {
+                let mut c = fleet.remove(0);
+                c.terminate();
+                c.wait_exit(Duration::from_secs(10));
+                logs.push(c.log());
+            }
+        }
+    }
+    producer.await.expect("producer");
+    let total = (rounds as i64) * per_round;
+    wait_until(Duration::from_secs(120), || async {
+        let applied = db
+            .scalar("SELECT count(DISTINCT event_id) FROM example_effects")
+            .await;
+        let pending = pending(&redis).await;
+        if applied == total && pending == 0 {
+            Ok(())
+        } else {
+            Err(format!("applied {applied}/{total}, pending {pending}"))
+        }
+    })
+    .await;
+    assert_effects_exactly_once(&db, "t0").await;
+    assert_eq!(redis.xlen("t0:dead").await, 0, "nothing dead-lettered");
+    logs.extend(fleet.iter().map(|c| c.log()));
+    for log in &logs {
+        assert!(!log.contains("ORDER VIOLATION"), "{log}");
+    }
+    let names: Vec<String> = fleet.iter().map(|c| c.name.clone()).collect();
+    wait_balanced(&redis, &names, Duration::from_secs(30)).await;
+    // The frozen consumer found, on waking, that its leases had gone to others.
+    let froze = froze.expect("a freeze happened");
+    let frozen_log = logs
+        .iter()
+        .chain(fleet.iter().map(|c| c.log()).collect::<Vec<_>>().iter())
+        .filter(|l| l.contains(&format!("consumer={froze}")) || l.contains(&froze))
+        .any(|l| l.contains("no longer handled here"));
+    assert!(
+        frozen_log,
+        "the frozen consumer {froze} noticed it lost its partitions"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_inbox_refuses_the_commit_of_a_consumer_whose_partition_has_a_newer_owner() {
+    use diesel_async::RunQueryDsl;
+    use outbox_consumer::inbox;
+    use outbox_consumer::{Entry, Lease};
+
+    let db = TestDb::empty().await;
+    let mut a = db.conn().await;
+    let mut b = db.conn().await;
+    inbox::ensure_table(&mut a).await.expect("tables");
+    db.exec("CREATE TABLE effects (event_id uuid NOT NULL)")
+        .await;
+    let fields: Vec<(String, redis::Value)> = [
+        ("id", uuid::Uuid::new_v4().to_string()),
+        ("topic", "t0".to_string()),
+        ("payload", "{}".to_string()),
+        ("headers", "{}".to_string()),
+        ("created_at", "2026-12-05T10:00:00.000000Z".to_string()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), redis::Value::BulkString(v.into_bytes())))
+    .collect();
+    let mut entry = Entry::from_pairs("1-0", &fields).expect("entry");
+    let old = Lease {
+        partition: 3,
+        epoch: 1,
+    };
+    let new = Lease {
+        partition: 3,
+        epoch: 2,
+    };
+    assert_eq!(
+        inbox::raise_fence(&mut a, "g", "t0", old)
+            .await
+            .expect("raise"),
+        1
+    );
+    entry.lease = Some(old);
+
+    // The old owner's effect runs while the new owner raises the fence.
+    let (raised_tx, raised_rx) = tokio::sync::oneshot::channel::<()>();
+    let raised_rx = std::sync::Mutex::new(Some(raised_rx));
+    let effect = as_effect(|conn, entry| {
+        let wait = raised_rx.lock().expect("lock").take();
+        let id = entry.id;
+        Box::pin(async move {
+            diesel::sql_query("INSERT INTO effects VALUES ($1)")
+                .bind::<diesel::sql_types::Uuid, _>(id)
+                .execute(conn)
+                .await?;
+            if let Some(wait) = wait {
+                let _ = wait.await;
+            }
+            Ok::<(), diesel::result::Error>(())
+        })
+    });
+    let stale = inbox::apply_once(&mut a, "g", &entry, &effect);
+    let raise = async {
+        let fence = inbox::raise_fence(&mut b, "g", "t0", new)
+            .await
+            .expect("raise");
+        let _ = raised_tx.send(());
+        fence
+    };
+    let (stale, fence) = tokio::join!(stale, raise);
+    assert_eq!(fence, 2, "the new owner raised the fence without waiting");
+    match stale {
+        Err(inbox::InboxError::Fenced {
+            fence: 2, epoch: 1, ..
+        }) => {}
+        other => panic!(
+            "the stale owner committed: {:?}",
+            other.map_err(|e| e.to_string())
+        ),
+    }
+    assert_eq!(db.scalar("SELECT count(*) FROM effects").await, 0);
+    assert_eq!(db.scalar("SELECT count(*) FROM outbox_inbox").await, 0);
+    // A stale owner cannot lower the fence; the new owner applies the event once.
+    assert_eq!(
+        inbox::raise_fence(&mut a, "g", "t0", old)
+            .await
+            .expect("raise"),
+        2
+    );
+    entry.lease = Some(new);
+    let applied = inbox::apply_once(&mut b, "g", &entry, &effect).await;
+    assert!(matches!(applied, Ok(inbox::Applied::Applied)));
+    let again = inbox::apply_once(&mut a, "g", &entry, &effect).await;
+    assert!(matches!(again, Ok(inbox::Applied::AlreadyDone)));
+    assert_eq!(db.scalar("SELECT count(*) FROM effects").await, 1);
+}
+
+/// Gives a closure the effect's signature (higher-ranked over the connection's lifetime).
+fn as_effect<F>(f: F) -> F
+where
+    F: for<'r> Fn(
+        &'r mut diesel_async::AsyncPgConnection,
+        &'r outbox_consumer::Entry,
+    ) -> futures::future::BoxFuture<'r, Result<(), diesel::result::Error>>,
+{
+    f
+}
