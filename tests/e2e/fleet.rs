@@ -42,13 +42,16 @@ fn spawn(db: &TestDb, redis: &TestRedis, name: &str) -> ExampleConsumer {
     ExampleConsumer::spawn(db, redis, "t0", EFFECTS_GROUP, name, FLEET_ARGS)
 }
 
-/// Each partition's owner, from its lease key.
+/// Each partition's owner in the example consumers' group, from its lease key.
 async fn owners(redis: &TestRedis) -> Vec<Option<String>> {
-    let mut c = redis.conn().await;
+    owners_of(redis, EFFECTS_GROUP).await
+}
+
+async fn owners_of(redis: &TestRedis, group: &str) -> Vec<Option<String>> {
+    let mut c = redis.reader().await;
     let mut out = Vec::new();
     for p in 0..PARTITIONS {
-        let key =
-            outbox_core::keys::partition_owner(&redis.stream(&format!("t0:{p}")), EFFECTS_GROUP);
+        let key = outbox_core::keys::partition_owner(&redis.stream(&format!("t0:{p}")), group);
         out.push(c.get(key).await.expect("get owner"));
     }
     out
@@ -382,4 +385,149 @@ where
     ) -> futures::future::BoxFuture<'r, Result<(), diesel::result::Error>>,
 {
     f
+}
+
+/// Handled `(key, n)` pairs in the order their handlers ran, shared by a group's consumers.
+type Seen = std::sync::Arc<std::sync::Mutex<Vec<(String, i64)>>>;
+
+/// Each event once, and each key's events in order of `n`.
+fn assert_once_in_key_order(seen: &[(String, i64)], total: usize, what: &str) {
+    let distinct: std::collections::HashSet<&(String, i64)> = seen.iter().collect();
+    assert_eq!(distinct.len(), total, "{what}: every event handled");
+    assert_eq!(seen.len(), total, "{what}: none twice");
+    let mut last: HashMap<&str, i64> = HashMap::new();
+    for (key, n) in seen {
+        if let Some(prev) = last.insert(key.as_str(), *n) {
+            assert!(*n > prev, "{what}: key {key}: {n} handled after {prev}");
+        }
+    }
+}
+
+fn record(
+    seen: &Seen,
+    entry: &outbox_consumer::Entry,
+) -> Result<(), outbox_consumer::HandlerError> {
+    let n = entry.payload["n"].as_i64().unwrap_or(-1);
+    let key = entry.key.clone().unwrap_or_default();
+    seen.lock()
+        .map_err(|_| outbox_consumer::HandlerError::retry("lock"))?
+        .push((key, n));
+    Ok(())
+}
+
+/// On a Redis Cluster, whose 8 partition streams spread over 3 masters: two consumers of a
+/// per-entry group and two of a batch group divide the partitions; one of each stops
+/// halfway and the other takes its partitions over. Each group handles every event once,
+/// each key in order.
+#[tokio::test(flavor = "multi_thread")]
+async fn on_a_cluster_per_entry_and_batch_fleets_divide_the_partitions_in_key_order() {
+    use outbox_consumer::{Batches, Consumer, ConsumerConfig, Entry, HandlerError};
+    use std::sync::Arc;
+
+    let cluster = OwnCluster::start(3);
+    let db = TestDb::new().await;
+    let redis = cluster.test_redis();
+    let _relay = RelayProc::spawn("fleet-cluster", &relay_env(&db, &redis));
+    let total = 1200usize;
+    // One event per key first: the relay records the partition count as it publishes.
+    produce_rounds(&db.url, 0, 1, 30, 1, 30, Duration::from_millis(10)).await;
+    let config = |group: &str, name: &str| {
+        ConsumerConfig::new(&redis.url, "t0", group)
+            .cluster(true)
+            .stream_prefix(&redis.prefix)
+            .consumer(name)
+            .claim_idle(Duration::from_secs(2))
+            .block(Duration::from_millis(200))
+    };
+    let entries: Seen = Arc::default();
+    let batches: Seen = Arc::default();
+    let per_entry = |seen: Seen| {
+        move |entry: Entry| {
+            let seen = seen.clone();
+            async move { record(&seen, &entry) }
+        }
+    };
+    let per_batch = |seen: Seen| {
+        Batches(move |batch: Vec<Entry>| {
+            let seen = seen.clone();
+            async move {
+                for entry in &batch {
+                    record(&seen, entry)?;
+                }
+                Ok::<(), HandlerError>(())
+            }
+        })
+    };
+    let stop_early = Arc::new(tokio::sync::Notify::new());
+    let stop_all = Arc::new(tokio::sync::Notify::new());
+    let notified = |n: &Arc<tokio::sync::Notify>| {
+        let n = n.clone();
+        async move { n.notified().await }
+    };
+    let consumers = [
+        Consumer::new(config("entries", "e0")).expect("config"),
+        Consumer::new(config("entries", "e1")).expect("config"),
+        Consumer::new(config("batches", "b0")).expect("config"),
+        Consumer::new(config("batches", "b1")).expect("config"),
+    ];
+    let runs = async {
+        tokio::join!(
+            consumers[0].run(per_entry(entries.clone()), notified(&stop_early)),
+            consumers[1].run(per_entry(entries.clone()), notified(&stop_all)),
+            consumers[2].run(per_batch(batches.clone()), notified(&stop_early)),
+            consumers[3].run(per_batch(batches.clone()), notified(&stop_all)),
+        )
+    };
+    let steer = async {
+        // Both groups divided before the bulk comes, so each consumer gets a share.
+        for (group, names) in [("entries", ["e0", "e1"]), ("batches", ["b0", "b1"])] {
+            let live: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+            wait_until(Duration::from_secs(30), || async {
+                balanced(&owners_of(&redis, group).await, &live)
+            })
+            .await;
+        }
+        produce_rounds(&db.url, 30, 39, 30, 1, 30, Duration::from_millis(10)).await;
+        wait_until(Duration::from_secs(60), || async {
+            let (e, b) = (
+                entries.lock().map(|s| s.len()),
+                batches.lock().map(|s| s.len()),
+            );
+            match (e, b) {
+                (Ok(e), Ok(b)) if e >= total / 3 && b >= total / 3 => Ok(()),
+                other => Err(format!("handled so far {other:?}")),
+            }
+        })
+        .await;
+        stop_early.notify_waiters();
+        wait_until(Duration::from_secs(60), || async {
+            let (e, b) = (
+                entries.lock().map(|s| s.len()),
+                batches.lock().map(|s| s.len()),
+            );
+            match (e, b) {
+                (Ok(e), Ok(b)) if e >= total && b >= total => Ok(()),
+                other => Err(format!("handled {other:?} of {total} each")),
+            }
+        })
+        .await;
+        stop_all.notify_waiters();
+    };
+    let (stats, ()) = tokio::join!(runs, steer);
+    let seen = entries.lock().expect("lock").clone();
+    assert_once_in_key_order(&seen, total, "per-entry fleet");
+    let seen = batches.lock().expect("lock").clone();
+    assert_once_in_key_order(&seen, total, "batch fleet");
+    assert!(
+        stats.0.handled > 0 && stats.1.handled > 0,
+        "both per-entry consumers handled some: {stats:?}"
+    );
+    assert!(
+        stats.2.handled > 0 && stats.3.handled > 0,
+        "both batch consumers handled some: {stats:?}"
+    );
+    let masters: std::collections::HashSet<usize> = (0..PARTITIONS)
+        .map(|p| cluster.owner_of(&redis.stream(&format!("t0:{p}"))))
+        .collect();
+    assert!(masters.len() > 1, "the partitions spread over the masters");
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 use redis::{RedisResult, Value};
 
 use super::settle::run;
-use super::{by_stream, EntryRef};
+use super::{by_slot, by_stream, EntryRef};
 use crate::config::ConsumerConfig;
 use crate::fleet::scripts;
 use outbox_core::entry::value_text;
@@ -63,7 +63,7 @@ pub(crate) async fn keep_idle_low(
     min_idle: Duration,
     owner_of: impl Fn(&str) -> Option<String>,
 ) -> RedisResult<()> {
-    let mut pipe = redis::pipe();
+    let mut unfenced = Vec::new();
     for (key, ids) in by_stream(refs) {
         if let Some(owner) = owner_of(&key) {
             let mut args = vec![(min_idle.as_millis() as u64).to_string()];
@@ -80,16 +80,23 @@ pub(crate) async fn keep_idle_low(
             .await?;
             continue;
         }
-        pipe.cmd("XCLAIM")
-            .arg(key.as_ref())
-            .arg(&config.group)
-            .arg(&config.consumer)
-            .arg(min_idle.as_millis() as u64)
-            .arg(ids)
-            .arg("JUSTID")
-            .ignore();
+        unfenced.push((key, ids));
     }
-    run(conn, &pipe).await
+    for group in by_slot(unfenced, |(key, _)| key, conn.is_cluster()) {
+        let mut pipe = redis::pipe();
+        for (key, ids) in group {
+            pipe.cmd("XCLAIM")
+                .arg(key.as_ref())
+                .arg(&config.group)
+                .arg(&config.consumer)
+                .arg(min_idle.as_millis() as u64)
+                .arg(ids)
+                .arg("JUSTID")
+                .ignore();
+        }
+        run(conn, &pipe).await?;
+    }
+    Ok(())
 }
 
 /// Claims, to this consumer, entries of the group idle longer than `claim_idle` (their

@@ -7,6 +7,7 @@
 
 use std::sync::Arc;
 
+use redis::cluster_routing::Slot;
 use redis::Value;
 
 use outbox_core::entry::{field, value_text};
@@ -70,4 +71,25 @@ pub(crate) fn by_stream<'a>(
         }
     }
     out
+}
+
+/// `items` grouped so that each group's keys (`key_of`) share one hash slot, groups in order
+/// of first appearance: a Redis Cluster refuses a pipeline or script across slots. Off a
+/// cluster, one group.
+pub(crate) fn by_slot<T>(items: Vec<T>, key_of: impl Fn(&T) -> &str, cluster: bool) -> Vec<Vec<T>> {
+    if items.is_empty() {
+        return Vec::new();
+    }
+    if !cluster {
+        return vec![items];
+    }
+    let mut groups: Vec<(Slot, Vec<T>)> = Vec::new();
+    for item in items {
+        let slot = Slot::for_key(key_of(&item).as_bytes());
+        match groups.iter_mut().find(|(s, _)| *s == slot) {
+            Some((_, group)) => group.push(item),
+            None => groups.push((slot, vec![item])),
+        }
+    }
+    groups.into_iter().map(|(_, g)| g).collect()
 }

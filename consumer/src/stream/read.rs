@@ -8,7 +8,7 @@ use redis::cluster_routing::Slot;
 use redis::{RedisResult, Value};
 
 use super::settle::add_acks;
-use super::{parse_entries, parse_read_reply, EntryRef, RawEntry};
+use super::{by_slot, parse_entries, parse_read_reply, EntryRef, RawEntry};
 use crate::config::ConsumerConfig;
 use crate::fleet::scripts::{self, ReadTarget};
 use outbox_core::entry::value_text;
@@ -46,30 +46,36 @@ pub(crate) async fn read_new(
     from: &[ReadFrom],
     acks: &[EntryRef],
 ) -> RedisResult<NewEntries> {
-    let mut pipe = redis::pipe();
-    add_acks(&mut pipe, config, acks);
-    let groups = by_slot(from, conn.is_cluster());
-    for group in &groups {
-        let targets: Vec<ReadTarget<'_>> = group
-            .iter()
-            .map(|r| ReadTarget {
-                stream: &r.stream,
-                owner: r.owner.as_deref(),
-            })
-            .collect();
-        scripts::add_read(
-            &mut pipe,
-            &config.group,
-            &config.consumer,
-            config.batch_size,
-            &targets,
-        );
-    }
-    if groups.is_empty() {
-        super::settle::run(conn, &pipe).await?;
-        return Ok(NewEntries::None(Vec::new()));
-    }
-    let replies: Vec<Value> = pipe.query_async(conn).await?;
+    let cluster = conn.is_cluster();
+    let groups = by_slot(from.iter().collect(), |r| &r.stream, cluster);
+    let replies: Vec<Value> = if !cluster {
+        // One round trip: the acknowledgements, then the read.
+        let mut pipe = redis::pipe();
+        add_acks(&mut pipe, config, acks);
+        if let Some(group) = groups.first() {
+            add_read(&mut pipe, config, group);
+        }
+        if groups.is_empty() {
+            super::settle::run(conn, &pipe).await?;
+            Vec::new()
+        } else {
+            pipe.query_async(conn).await?
+        }
+    } else {
+        // No pipeline may span slots: acknowledge, then read each slot's streams at once.
+        super::ack(conn, config, acks).await?;
+        let reads = groups.iter().map(|group| {
+            let mut conn = conn.clone();
+            let mut pipe = redis::pipe();
+            add_read(&mut pipe, config, group);
+            async move { pipe.query_async::<Vec<Value>>(&mut conn).await }
+        });
+        futures::future::try_join_all(reads)
+            .await?
+            .into_iter()
+            .flatten()
+            .collect()
+    };
     let keys: Vec<Arc<str>> = from.iter().map(|r| r.stream.clone()).collect();
     let mut entries = Vec::new();
     let mut last = Vec::new();
@@ -97,6 +103,24 @@ pub(crate) async fn read_new(
     })
 }
 
+/// Adds the lease-checked read of `group` (streams of one slot) to `pipe`.
+fn add_read(pipe: &mut redis::Pipeline, config: &ConsumerConfig, group: &[&ReadFrom]) {
+    let targets: Vec<ReadTarget<'_>> = group
+        .iter()
+        .map(|r| ReadTarget {
+            stream: &r.stream,
+            owner: r.owner.as_deref(),
+        })
+        .collect();
+    scripts::add_read(
+        pipe,
+        &config.group,
+        &config.consumer,
+        config.batch_size,
+        &targets,
+    );
+}
+
 /// `{stream, id, stream, id, ...}` as pairs.
 fn parse_last_ids(body: Value, keys: &[Arc<str>]) -> Vec<(Arc<str>, String)> {
     let Value::Array(flat) = body else {
@@ -114,26 +138,6 @@ fn parse_last_ids(body: Value, keys: &[Arc<str>]) -> Vec<(Arc<str>, String)> {
             Some((key, id))
         })
         .collect()
-}
-
-/// The streams to read, grouped so that each group lives in one hash slot (one group off a
-/// cluster).
-fn by_slot(from: &[ReadFrom], cluster: bool) -> Vec<Vec<&ReadFrom>> {
-    if from.is_empty() {
-        return Vec::new();
-    }
-    if !cluster {
-        return vec![from.iter().collect()];
-    }
-    let mut groups: Vec<(Slot, Vec<&ReadFrom>)> = Vec::new();
-    for r in from {
-        let slot = Slot::for_key(r.stream.as_bytes());
-        match groups.iter_mut().find(|(s, _)| *s == slot) {
-            Some((_, group)) => group.push(r),
-            None => groups.push((slot, vec![r])),
-        }
-    }
-    groups.into_iter().map(|(_, g)| g).collect()
 }
 
 /// Waits until a stream of `last` (stream, last id) gets an entry past that id, or `block`

@@ -4,24 +4,38 @@
 use redis::cluster_routing::Slot;
 use redis::{RedisResult, Value};
 
-use super::{by_stream, EntryRef, RawEntry};
+use super::{by_slot, by_stream, EntryRef, RawEntry};
 use crate::config::ConsumerConfig;
 use outbox_core::RedisConn;
 
-/// `XACK key group id...` per stream, pipelined: one round trip.
+/// `XACK key group id...` per stream, pipelined: one round trip (one per hash slot, at once,
+/// on a cluster).
 pub(crate) async fn ack(
     conn: &mut RedisConn,
     config: &ConsumerConfig,
     refs: &[EntryRef],
 ) -> RedisResult<()> {
-    let mut pipe = redis::pipe();
-    add_acks(&mut pipe, config, refs);
-    run(conn, &pipe).await
+    let groups = by_slot(by_stream(refs), |(key, _)| key, conn.is_cluster());
+    let sends = groups.into_iter().map(|group| {
+        let mut conn = conn.clone();
+        let mut pipe = redis::pipe();
+        add_stream_acks(&mut pipe, config, group);
+        async move { run(&mut conn, &pipe).await }
+    });
+    futures::future::try_join_all(sends).await.map(|_| ())
 }
 
 /// `XACK key group id...` per stream of `refs`, replies ignored.
 pub(super) fn add_acks(pipe: &mut redis::Pipeline, config: &ConsumerConfig, refs: &[EntryRef]) {
-    for (key, ids) in by_stream(refs) {
+    add_stream_acks(pipe, config, by_stream(refs));
+}
+
+fn add_stream_acks(
+    pipe: &mut redis::Pipeline,
+    config: &ConsumerConfig,
+    per_stream: Vec<(std::sync::Arc<str>, Vec<String>)>,
+) {
+    for (key, ids) in per_stream {
         pipe.cmd("XACK")
             .arg(key.as_ref())
             .arg(&config.group)
