@@ -32,8 +32,12 @@ const FLEET_ARGS: &[&str] = &[
 ];
 
 fn relay_env(db: &TestDb, redis: &TestRedis) -> Vec<(String, String)> {
+    relay_env_with(db, redis, PARTITIONS)
+}
+
+fn relay_env_with(db: &TestDb, redis: &TestRedis, partitions: u32) -> Vec<(String, String)> {
     let mut env = base_env(db, redis);
-    env.push(("OUTBOX__TOPICS".into(), format!("t0:{PARTITIONS}")));
+    env.push(("OUTBOX__TOPICS".into(), format!("t0:{partitions}")));
     env.push(("OUTBOX__GROUPS".into(), format!("t0:{EFFECTS_GROUP}")));
     env
 }
@@ -44,13 +48,13 @@ fn spawn(db: &TestDb, redis: &TestRedis, name: &str) -> ExampleConsumer {
 
 /// Each partition's owner in the example consumers' group, from its lease key.
 async fn owners(redis: &TestRedis) -> Vec<Option<String>> {
-    owners_of(redis, EFFECTS_GROUP).await
+    owners_of(redis, EFFECTS_GROUP, PARTITIONS).await
 }
 
-async fn owners_of(redis: &TestRedis, group: &str) -> Vec<Option<String>> {
+async fn owners_of(redis: &TestRedis, group: &str, partitions: u32) -> Vec<Option<String>> {
     let mut c = redis.reader().await;
     let mut out = Vec::new();
-    for p in 0..PARTITIONS {
+    for p in 0..partitions {
         let key = outbox_core::keys::partition_owner(&redis.stream(&format!("t0:{p}")), group);
         out.push(c.get(key).await.expect("get owner"));
     }
@@ -96,9 +100,13 @@ fn signal(consumer: &ExampleConsumer, sig: &str) {
 
 /// The group's pending entries over all partitions.
 async fn pending(redis: &TestRedis) -> usize {
+    pending_of(redis, PARTITIONS).await
+}
+
+async fn pending_of(redis: &TestRedis, partitions: u32) -> usize {
     let mut c = redis.reader().await;
     let mut total = 0;
-    for p in 0..PARTITIONS {
+    for p in 0..partitions {
         let reply: redis::RedisResult<redis::streams::StreamPendingReply> = c
             .xpending(redis.stream(&format!("t0:{p}")), EFFECTS_GROUP)
             .await;
@@ -483,7 +491,7 @@ async fn on_a_cluster_per_entry_and_batch_fleets_divide_the_partitions_in_key_or
         for (group, names) in [("entries", ["e0", "e1"]), ("batches", ["b0", "b1"])] {
             let live: Vec<String> = names.iter().map(|n| n.to_string()).collect();
             wait_until(Duration::from_secs(30), || async {
-                balanced(&owners_of(&redis, group).await, &live)
+                balanced(&owners_of(&redis, group, PARTITIONS).await, &live)
             })
             .await;
         }
@@ -530,4 +538,78 @@ async fn on_a_cluster_per_entry_and_batch_fleets_divide_the_partitions_in_key_or
         .map(|p| cluster.owner_of(&redis.stream(&format!("t0:{p}"))))
         .collect();
     assert!(masters.len() > 1, "the partitions spread over the masters");
+}
+
+/// `outbox-relay repartition t0 3` while the fleet holds unacknowledged entries of the 2 old
+/// partitions: it waits for them, the fleet finishes them, follows the new count and divides
+/// the 3 partitions; every event takes effect once, each key in commit order.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fleet_follows_a_repartition_that_waits_for_its_unacknowledged_entries() {
+    let db = TestDb::new().await;
+    let redis = TestRedis::shared();
+    db.exec(ORDER_CHECK).await;
+    let _relay = RelayProc::spawn("fleet-reparts", &relay_env_with(&db, &redis, 2));
+    produce_rounds(&db.url, 0, 4, 100, 1, 20, Duration::from_millis(10)).await;
+    let slow: Vec<&str> = FLEET_ARGS
+        .iter()
+        .copied()
+        .chain(["--effect-delay", "40ms"])
+        .collect();
+    let fleet: Vec<ExampleConsumer> = (0..2)
+        .map(|i| ExampleConsumer::spawn(&db, &redis, "t0", EFFECTS_GROUP, &format!("c{i}"), &slow))
+        .collect();
+    wait_until(Duration::from_secs(30), || async {
+        match db.scalar("SELECT count(*) FROM example_effects").await {
+            n if n >= 10 => Ok(()),
+            n => Err(format!("{n} applied")),
+        }
+    })
+    .await;
+
+    let log = std::env::temp_dir().join(format!(
+        "fleet-repartition-{}.log",
+        redis.prefix.trim_end_matches(':')
+    ));
+    let mut cmd = std::process::Command::new(BIN);
+    cmd.args(["repartition", "t0", "3"])
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .envs(
+            relay_env_with(&db, &redis, 2)
+                .into_iter()
+                .filter(|(k, _)| k != "OUTBOX__TOPICS"),
+        );
+    let mut repartition = Logged::spawn(cmd, log);
+    wait_until(Duration::from_secs(10), || async {
+        let said = repartition.log();
+        match said.contains("waiting") && said.contains(EFFECTS_GROUP) {
+            true => Ok(()),
+            false => Err(format!("not waiting for the group: {said}")),
+        }
+    })
+    .await;
+    produce_rounds(&db.url, 400, 2, 100, 1, 20, Duration::from_millis(10)).await;
+    let code = repartition.wait_exit(Duration::from_secs(60));
+    assert_eq!(code, Some(0), "{}", repartition.log());
+
+    wait_until(Duration::from_secs(90), || async {
+        let applied = db
+            .scalar("SELECT count(DISTINCT event_id) FROM example_effects")
+            .await;
+        let pending = pending_of(&redis, 3).await;
+        match (applied, pending) {
+            (600, 0) => Ok(()),
+            _ => Err(format!("applied {applied}/600, pending {pending}")),
+        }
+    })
+    .await;
+    assert_effects_exactly_once(&db, "t0").await;
+    for c in &fleet {
+        assert!(!c.log().contains("ORDER VIOLATION"), "{}", c.log());
+    }
+    let names: Vec<String> = fleet.iter().map(|c| c.name.clone()).collect();
+    wait_until(Duration::from_secs(30), || async {
+        balanced(&owners_of(&redis, EFFECTS_GROUP, 3).await, &names)
+    })
+    .await;
 }
