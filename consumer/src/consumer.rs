@@ -87,7 +87,8 @@ impl Consumer {
             config.cluster,
             Timeouts {
                 connect: Duration::from_secs(2),
-                response: config.claim_idle / 3,
+                // A renewal answered later than this could not be trusted for long anyway.
+                response: (config.claim_idle / 3).max(Duration::from_millis(500)),
             },
             tls.as_ref(),
         )

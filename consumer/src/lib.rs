@@ -25,6 +25,13 @@
 //! The entry format, key names and the Redis connection are `outbox-core`'s, shared with the
 //! relay.
 //!
+//! On a partitioned topic (`<stream_prefix><topic>:<p>`, the count in
+//! `<stream_prefix>partitions`) the consumers of one group divide the partitions among
+//! themselves, so each key's events are handled by one consumer at a time, in order, across the
+//! fleet; each entry carries its partition's [`Lease`], and the inbox refuses the commit of a
+//! consumer whose partition has passed to a newer owner (docs/consumers.md, "A fleet on a
+//! partitioned topic").
+//!
 //! Delivery is at least once: an entry is acknowledged only after its handler returned `Ok`,
 //! so a crash in between redelivers it. Make effects idempotent, or use the inbox.
 //!
