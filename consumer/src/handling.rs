@@ -113,7 +113,6 @@ async fn before_handling(
         Check::Held(lease) => Some(lease),
         Check::NotMine => return Err(Fate::Lost(None)),
     };
-    let owner = lease.and_then(|_| ctx.fleet.owner_key(&d.raw.stream));
     let max = ctx.config.max_deliveries;
     let verdict = match &d.parsed {
         Err(e) => Some((format!("malformed entry: {e}"), d.delivery)),
@@ -130,22 +129,26 @@ async fn before_handling(
         return Err(dead_letter(ctx, conn, d, &error, deliveries).await);
     }
     if d.take {
-        match stream::take_for_delivery(
-            conn,
-            ctx.config,
-            owner.as_deref(),
-            &d.raw.stream,
-            &d.raw.stream_id,
-            d.delivery,
-        )
-        .await
-        {
+        match take(ctx, conn, d, d.delivery).await {
             Ok(true) => {}
             Ok(false) => return Err(Fate::Lost(None)),
             Err(e) => return Err(Fate::Lost(Some(e))),
         }
     }
     Ok(lease)
+}
+
+/// Takes `d`'s entry for delivery number `deliveries` (lease-checked on a divided partition):
+/// false when it is no longer this consumer's.
+async fn take(
+    ctx: &Ctx<'_>,
+    conn: &mut RedisConn,
+    d: &Delivery,
+    deliveries: u64,
+) -> redis::RedisResult<bool> {
+    let owner = ctx.fleet.owner_key(&d.raw.stream);
+    let (stream, id) = (&d.raw.stream, &d.raw.stream_id);
+    stream::take_for_delivery(conn, ctx.config, owner.as_deref(), stream, id, deliveries).await
 }
 
 /// The handler failed delivery `d`: retry, or dead-letter at `max_deliveries`.
@@ -191,18 +194,7 @@ async fn dead_letter(
 /// delivery is given back, so the next one gets this number again and no attempt is spent.
 async fn after_outage(ctx: &Ctx<'_>, conn: &mut RedisConn, d: &Delivery, error: &str) -> Fate {
     tracing::debug!(stream_id = %d.raw.stream_id, %error, "handler hit an outage: not counted as a delivery");
-    let back = d.delivery - 1;
-    let owner = ctx.fleet.owner_key(&d.raw.stream);
-    match stream::take_for_delivery(
-        conn,
-        ctx.config,
-        owner.as_deref(),
-        &d.raw.stream,
-        &d.raw.stream_id,
-        back,
-    )
-    .await
-    {
+    match take(ctx, conn, d, d.delivery - 1).await {
         Ok(_) => Fate::Outage(error.to_string()),
         Err(redis) => Fate::Lost(Some(redis)),
     }

@@ -17,19 +17,9 @@ use crate::support::*;
 
 const PARTITIONS: u32 = 8;
 
-/// The fleet's consumers: a short lease, so freezes and kills are felt within seconds.
-const FLEET_ARGS: &[&str] = &[
-    "--claim-idle",
-    "2s",
-    "--max-deliveries",
-    "10",
-    "--batch-size",
-    "50",
-    "--retry-base",
-    "50ms",
-    "--concurrency",
-    "4",
-];
+/// The fleet's consumers: the chaos run's (a short lease, so freezes and kills are felt
+/// within seconds).
+const FLEET_ARGS: &[&str] = CHAOS_ARGS;
 
 fn relay_env(db: &TestDb, redis: &TestRedis) -> Vec<(String, String)> {
     relay_env_with(db, redis, PARTITIONS)
@@ -423,48 +413,62 @@ fn record(
     Ok(())
 }
 
-/// On a Redis Cluster, whose 8 partition streams spread over 3 masters: two consumers of a
-/// per-entry group and two of a batch group divide the partitions; one of each stops
+/// Four groups of two consumers each, one group per kind of handler (per entry and per
+/// batch, without and with the inbox), divide the 8 partitions; one of each pair stops
 /// halfway and the other takes its partitions over. Each group handles every event once,
 /// each key in order.
-#[tokio::test(flavor = "multi_thread")]
-async fn on_a_cluster_per_entry_and_batch_fleets_divide_the_partitions_in_key_order() {
+async fn fleets_of_every_handler_kind_divide_and_hand_over(db: &TestDb, redis: &TestRedis) {
+    use diesel_async::pooled_connection::AsyncDieselConnectionManager;
+    use outbox_consumer::inbox::Inbox;
     use outbox_consumer::{Batches, Consumer, ConsumerConfig, Entry, HandlerError};
     use std::sync::Arc;
 
-    let cluster = OwnCluster::start(3);
-    let db = TestDb::new().await;
-    let redis = cluster.test_redis();
-    let _relay = RelayProc::spawn("fleet-cluster", &relay_env(&db, &redis));
+    let _relay = RelayProc::spawn("fleet-kinds", &relay_env(db, redis));
     let total = 1200usize;
     // One event per key first: the relay records the partition count as it publishes.
     produce_rounds(&db.url, 0, 1, 30, 1, 30, Duration::from_millis(10)).await;
     let config = |group: &str, name: &str| {
         ConsumerConfig::new(&redis.url, "t0", group)
-            .cluster(true)
+            .cluster(redis.cluster)
             .stream_prefix(&redis.prefix)
             .consumer(name)
             .claim_idle(Duration::from_secs(2))
             .block(Duration::from_millis(200))
     };
-    let entries: Seen = Arc::default();
-    let batches: Seen = Arc::default();
-    let per_entry = |seen: Seen| {
+    let pool = bb8::Pool::builder()
+        .max_size(8)
+        .build(AsyncDieselConnectionManager::<diesel_async::AsyncPgConnection>::new(&db.url))
+        .await
+        .expect("pool");
+    const GROUPS: [&str; 4] = ["entries", "batches", "inbox-entries", "inbox-batches"];
+    let seen: Vec<Seen> = GROUPS.iter().map(|_| Seen::default()).collect();
+    let per_entry = |seen: &Seen| {
+        let seen = seen.clone();
         move |entry: Entry| {
             let seen = seen.clone();
             async move { record(&seen, &entry) }
         }
     };
-    let per_batch = |seen: Seen| {
+    let per_batch = |seen: &Seen| {
+        let seen = seen.clone();
         Batches(move |batch: Vec<Entry>| {
             let seen = seen.clone();
-            async move {
-                for entry in &batch {
-                    record(&seen, entry)?;
-                }
-                Ok::<(), HandlerError>(())
-            }
+            async move { batch.iter().try_for_each(|entry| record(&seen, entry)) }
         })
+    };
+    let inbox_entries = |seen: &Seen| {
+        let seen = seen.clone();
+        Inbox::new(pool.clone(), move |_conn, entry: &Entry| {
+            let seen = seen.clone();
+            Box::pin(async move { record(&seen, entry) })
+        })
+    };
+    let inbox_batches = |seen: &Seen| {
+        let seen = seen.clone();
+        Batches(Inbox::for_batches(pool.clone(), move |_conn, batch: &[Entry]| {
+            let seen = seen.clone();
+            Box::pin(async move { batch.iter().try_for_each(|entry| record(&seen, entry)) })
+        }))
     };
     let stop_early = Arc::new(tokio::sync::Notify::new());
     let stop_all = Arc::new(tokio::sync::Notify::new());
@@ -472,72 +476,97 @@ async fn on_a_cluster_per_entry_and_batch_fleets_divide_the_partitions_in_key_or
         let n = n.clone();
         async move { n.notified().await }
     };
-    let consumers = [
-        Consumer::new(config("entries", "e0")).expect("config"),
-        Consumer::new(config("entries", "e1")).expect("config"),
-        Consumer::new(config("batches", "b0")).expect("config"),
-        Consumer::new(config("batches", "b1")).expect("config"),
-    ];
+    let consumers: Vec<[Consumer; 2]> = GROUPS
+        .iter()
+        .map(|g| {
+            [0, 1].map(|i| Consumer::new(config(g, &format!("{g}-{i}"))).expect("config"))
+        })
+        .collect();
     let runs = async {
         tokio::join!(
-            consumers[0].run(per_entry(entries.clone()), notified(&stop_early)),
-            consumers[1].run(per_entry(entries.clone()), notified(&stop_all)),
-            consumers[2].run(per_batch(batches.clone()), notified(&stop_early)),
-            consumers[3].run(per_batch(batches.clone()), notified(&stop_all)),
+            consumers[0][0].run(per_entry(&seen[0]), notified(&stop_early)),
+            consumers[0][1].run(per_entry(&seen[0]), notified(&stop_all)),
+            consumers[1][0].run(per_batch(&seen[1]), notified(&stop_early)),
+            consumers[1][1].run(per_batch(&seen[1]), notified(&stop_all)),
+            consumers[2][0].run(inbox_entries(&seen[2]), notified(&stop_early)),
+            consumers[2][1].run(inbox_entries(&seen[2]), notified(&stop_all)),
+            consumers[3][0].run(inbox_batches(&seen[3]), notified(&stop_early)),
+            consumers[3][1].run(inbox_batches(&seen[3]), notified(&stop_all)),
         )
     };
+    let handled = |at_least: usize| {
+        let seen = &seen;
+        move || async move {
+            let counts: Vec<usize> = seen
+                .iter()
+                .map(|s| s.lock().map(|s| s.len()).unwrap_or(0))
+                .collect();
+            match counts.iter().all(|n| *n >= at_least) {
+                true => Ok(()),
+                false => Err(format!("handled {counts:?}, waiting for {at_least} each")),
+            }
+        }
+    };
     let steer = async {
-        // Both groups divided before the bulk comes, so each consumer gets a share.
-        for (group, names) in [("entries", ["e0", "e1"]), ("batches", ["b0", "b1"])] {
-            let live: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+        // Every group divided before the bulk comes, so each consumer gets a share.
+        for group in GROUPS {
+            let live: Vec<String> = (0..2).map(|i| format!("{group}-{i}")).collect();
             wait_until(Duration::from_secs(30), || async {
-                balanced(&owners_of(&redis, group, PARTITIONS).await, &live)
+                balanced(&owners_of(redis, group, PARTITIONS).await, &live)
             })
             .await;
         }
         produce_rounds(&db.url, 30, 39, 30, 1, 30, Duration::from_millis(10)).await;
-        wait_until(Duration::from_secs(60), || async {
-            let (e, b) = (
-                entries.lock().map(|s| s.len()),
-                batches.lock().map(|s| s.len()),
-            );
-            match (e, b) {
-                (Ok(e), Ok(b)) if e >= total / 3 && b >= total / 3 => Ok(()),
-                other => Err(format!("handled so far {other:?}")),
-            }
-        })
-        .await;
+        wait_until(Duration::from_secs(60), handled(total / 3)).await;
         stop_early.notify_waiters();
-        wait_until(Duration::from_secs(60), || async {
-            let (e, b) = (
-                entries.lock().map(|s| s.len()),
-                batches.lock().map(|s| s.len()),
-            );
-            match (e, b) {
-                (Ok(e), Ok(b)) if e >= total && b >= total => Ok(()),
-                other => Err(format!("handled {other:?} of {total} each")),
-            }
-        })
-        .await;
+        wait_until(Duration::from_secs(60), handled(total)).await;
         stop_all.notify_waiters();
     };
     let (stats, ()) = tokio::join!(runs, steer);
-    let seen = entries.lock().expect("lock").clone();
-    assert_once_in_key_order(&seen, total, "per-entry fleet");
-    let seen = batches.lock().expect("lock").clone();
-    assert_once_in_key_order(&seen, total, "batch fleet");
-    assert!(
-        stats.0.handled > 0 && stats.1.handled > 0,
-        "both per-entry consumers handled some: {stats:?}"
-    );
-    assert!(
-        stats.2.handled > 0 && stats.3.handled > 0,
-        "both batch consumers handled some: {stats:?}"
-    );
+    for (group, seen) in GROUPS.iter().zip(&seen) {
+        let seen = seen.lock().expect("lock").clone();
+        assert_once_in_key_order(&seen, total, group);
+    }
+    let pairs = [
+        (stats.0, stats.1),
+        (stats.2, stats.3),
+        (stats.4, stats.5),
+        (stats.6, stats.7),
+    ];
+    for (group, (a, b)) in GROUPS.iter().zip(pairs) {
+        assert!(
+            a.handled > 0 && b.handled > 0,
+            "{group}: both consumers handled some: {a:?} {b:?}"
+        );
+    }
+    let inboxed = db
+        .scalar("SELECT count(*) FROM outbox_inbox WHERE consumer_group LIKE 'inbox-%'")
+        .await;
+    assert_eq!(inboxed, 2 * total as i64, "each inbox recorded each event once");
+    let fences = db
+        .scalar("SELECT count(DISTINCT (consumer_group, partition)) FROM outbox_inbox_fences")
+        .await;
+    assert_eq!(fences, 2 * i64::from(PARTITIONS), "each inbox fenced each partition");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn on_one_redis_fleets_of_every_handler_kind_keep_key_order() {
+    let db = TestDb::new().await;
+    let redis = TestRedis::shared();
+    fleets_of_every_handler_kind_divide_and_hand_over(&db, &redis).await;
+}
+
+/// The same on a Redis Cluster, whose 8 partition streams spread over 3 masters.
+#[tokio::test(flavor = "multi_thread")]
+async fn on_a_cluster_fleets_of_every_handler_kind_keep_key_order() {
+    let cluster = OwnCluster::start(3);
+    let db = TestDb::new().await;
+    let redis = cluster.test_redis();
     let masters: std::collections::HashSet<usize> = (0..PARTITIONS)
         .map(|p| cluster.owner_of(&redis.stream(&format!("t0:{p}"))))
         .collect();
     assert!(masters.len() > 1, "the partitions spread over the masters");
+    fleets_of_every_handler_kind_divide_and_hand_over(&db, &redis).await;
 }
 
 /// `outbox-relay repartition t0 3` while the fleet holds unacknowledged entries of the 2 old

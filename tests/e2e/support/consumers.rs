@@ -109,7 +109,7 @@ pub struct Chaos {
 }
 
 /// The chaos run's consumers' arguments.
-const CHAOS_ARGS: &[&str] = &[
+pub const CHAOS_ARGS: &[&str] = &[
     "--claim-idle",
     "2s",
     // A kill while an entry is in hand costs it a delivery: a margin so that only the poison

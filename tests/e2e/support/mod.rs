@@ -20,7 +20,7 @@ use std::net::TcpListener;
 pub use self::cluster::OwnCluster;
 pub use self::consumers::{
     assert_effects_exactly_once, example_bin, group_pending, sigkill_while_producing, wait_settled,
-    wait_until, xadd_event, xadd_event_at, Chaos, ExampleConsumer, EFFECTS_GROUP,
+    wait_until, xadd_event, xadd_event_at, Chaos, ExampleConsumer, CHAOS_ARGS, EFFECTS_GROUP,
 };
 pub use self::db::{OwnPostgres, TestDb};
 pub use self::events::{assert_exactly_once, assert_per_key_order, insert_events, produce_rounds};
