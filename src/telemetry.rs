@@ -182,6 +182,21 @@ pub fn partition_sampled(
     gauge!("outbox_partition_pending", &labels).set(pending as f64);
 }
 
+/// A declared group's fleet on a partitioned topic (the consumer library dividing its
+/// partitions): how many members are live, and whether each partition has an owner.
+pub fn fleet_sampled(topic: &str, group: &str, members: u64, owned: &[bool]) {
+    let labels = [("topic", topic.to_string()), ("group", group.to_string())];
+    gauge!("outbox_group_members", &labels).set(members as f64);
+    for (partition, owned) in owned.iter().enumerate() {
+        let labels = [
+            ("topic", topic.to_string()),
+            ("partition", partition.to_string()),
+            ("group", group.to_string()),
+        ];
+        gauge!("outbox_partition_owned", &labels).set(if *owned { 1.0 } else { 0.0 });
+    }
+}
+
 /// `redis.trim_acked` removed entries every declared group had acknowledged.
 pub fn stream_trimmed(topic: &str, removed: u64, minid: &str) {
     counter!("outbox_stream_trimmed_total", "topic" => topic.to_string()).increment(removed);

@@ -38,6 +38,8 @@ pub struct StreamInfo {
     pub first_id: Option<String>,
     /// Id of the last entry.
     pub last_id: Option<String>,
+    /// The partition, for one stream of a partitioned topic.
+    pub partition: Option<u32>,
     /// Its consumer groups.
     pub groups: Vec<GroupInfo>,
 }
@@ -57,6 +59,11 @@ pub struct GroupInfo {
     pub last_delivered_id: String,
     /// The oldest unacknowledged entry, and how long ago it was added to the stream.
     pub oldest_pending: Option<(String, Duration)>,
+    /// On a partition: the consumer holding the group's lease of it (the consumer library's
+    /// fleet), if any.
+    pub owner: Option<String>,
+    /// On a partition: the lease's fencing epoch (how many times it was taken).
+    pub epoch: Option<u64>,
 }
 
 /// Field/value pairs of a reply, whether RESP2 (flat array) or RESP3 (map).
@@ -137,10 +144,15 @@ impl Publisher {
         let mut conn = self.conn.clone();
         let key = key.to_string();
         let kind: String = redis::cmd("TYPE").arg(&key).query_async(&mut conn).await?;
+        let partition = key
+            .strip_prefix(&keys::stream_key(&self.config.stream_prefix, topic))
+            .and_then(|rest| rest.strip_prefix(':'))
+            .and_then(|p| p.parse().ok());
         let mut info = StreamInfo {
             topic: topic.to_string(),
             key: key.clone(),
             kind,
+            partition,
             ..StreamInfo::default()
         };
         if info.kind != "stream" {
@@ -196,9 +208,48 @@ impl Publisher {
                         .map(|id| (id.clone(), id_age(&id)));
                 }
             }
+            if info.partition.is_some() {
+                let (owner, epoch) = self.partition_lease(&key, &group.name).await?;
+                group.owner = owner;
+                group.epoch = epoch;
+            }
             info.groups.push(group);
         }
         Ok(info)
+    }
+
+    /// The lease of partition stream `key` for `group` that the consumer library's fleet
+    /// keeps: its owner and epoch (both keys in the stream's slot).
+    async fn partition_lease(
+        &self,
+        key: &str,
+        group: &str,
+    ) -> Result<(Option<String>, Option<u64>), InspectError> {
+        let mut conn = self.conn.clone();
+        let mut pipe = redis::pipe();
+        pipe.cmd("GET").arg(outbox_core::keys::partition_owner(key, group));
+        pipe.cmd("GET").arg(outbox_core::keys::partition_epoch(key, group));
+        Ok(pipe.query_async(&mut conn).await?)
+    }
+
+    /// How many consumers of `group` are live members of `topic`'s fleet (membership not
+    /// expired by this relay's clock); `None` when the group keeps no fleet there.
+    pub async fn fleet_members(&self, topic: &str, group: &str) -> Result<Option<u64>, InspectError> {
+        let mut conn = self.conn.clone();
+        let key = outbox_core::keys::fleet_members(&self.config.stream_prefix, topic, group);
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let (exists, live): (bool, u64) = redis::pipe()
+            .cmd("EXISTS")
+            .arg(&key)
+            .cmd("ZCOUNT")
+            .arg(&key)
+            .arg(now_ms)
+            .arg("+inf")
+            .query_async(&mut conn)
+            .await?;
+        Ok(exists.then_some(live))
     }
 }
 

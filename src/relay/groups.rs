@@ -117,12 +117,20 @@ async fn run_once(keeper: GroupKeeper, trim: bool) -> Result<(), GroupsError> {
                 )
             })
             .collect();
+        let mut owned: BTreeMap<&str, Vec<bool>> = BTreeMap::new();
         for (p, key) in keys::partition_keys(&prefix, topic, partitions)
             .iter()
             .enumerate()
         {
             let stream = keeper.publisher.inspect_stream(topic, key).await?;
             for group in &stream.groups {
+                if let Some(owners) = samples
+                    .get_key_value(group.name.as_str())
+                    .map(|(name, _)| owned.entry(*name).or_default())
+                {
+                    owners.resize(p, false);
+                    owners.push(group.owner.is_some());
+                }
                 let Some(sample) = samples.get_mut(group.name.as_str()) else {
                     continue;
                 };
@@ -143,6 +151,16 @@ async fn run_once(keeper: GroupKeeper, trim: bool) -> Result<(), GroupsError> {
         }
         for (name, sample) in samples {
             crate::telemetry::group_sampled(topic, name, sample.lag, sample.pending, sample.oldest);
+        }
+        if partitions > 1 {
+            for name in declared {
+                // Only groups whose consumers keep a fleet: others own nothing by design.
+                if let Some(members) = keeper.publisher.fleet_members(topic, name).await? {
+                    let mut owners = owned.remove(name.as_str()).unwrap_or_default();
+                    owners.resize(partitions as usize, false);
+                    crate::telemetry::fleet_sampled(topic, name, members, &owners);
+                }
+            }
         }
         if trim {
             let names: Vec<&str> = declared.iter().map(String::as_str).collect();

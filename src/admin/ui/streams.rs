@@ -1,5 +1,6 @@
-//! The Streams page: each topic's Redis stream (length, first and last entry) and its
-//! consumer groups (lag, pending, oldest pending message), from read-only XINFO/XPENDING.
+//! The Streams page: each topic's Redis stream, or each of its partitions (length, first and
+//! last entry), and its consumer groups (lag, pending, oldest pending message, and on a
+//! partition the consumer holding it), from read-only XINFO/XPENDING/GET.
 
 use crate::admin::counts;
 use actix_web::{web, HttpRequest, HttpResponse};
@@ -9,7 +10,7 @@ use super::layout::{self, Nav};
 use super::session::Session;
 use super::UiError;
 use crate::admin::AdminState;
-use crate::publish::inspect::StreamInfo;
+use crate::publish::inspect::{GroupInfo, StreamInfo};
 
 /// An entry id with the age its milliseconds part tells.
 fn entry(id: Option<&str>) -> Markup {
@@ -36,6 +37,21 @@ fn kind(s: &StreamInfo) -> Markup {
                 "holds a " (other)
             }
         },
+    }
+}
+
+/// Who holds a partition for a group (the consumer library's lease), with its epoch; a
+/// partition with entries waiting and no owner is flagged.
+fn owner(s: &StreamInfo, g: &GroupInfo) -> Markup {
+    match (&g.owner, s.partition) {
+        (Some(owner), _) => html! {
+            code { (owner) } " " span.muted title="fencing epoch: how many times the partition was taken" { "epoch " (g.epoch.unwrap_or(0)) }
+        },
+        (None, Some(_)) if g.lag.unwrap_or(0) > 0 || g.pending > 0 => html! {
+            span.pill.dead title="entries wait and no consumer holds this partition" { "no owner" }
+        },
+        (None, Some(_)) => html! { span.muted { "no owner" } },
+        (None, None) => html! { span.muted title="one stream: every consumer of the group reads it" { "–" } },
     }
 }
 
@@ -67,15 +83,16 @@ fn tables(streams: &[StreamInfo]) -> Markup {
         div.scroll {
             table {
                 thead { tr {
-                    th { "Stream" } th { "Group" } th.num { "Consumers" } th.num { "Lag" }
+                    th { "Stream" } th { "Group" } th { "Owner" } th.num { "Consumers" } th.num { "Lag" }
                     th.num { "Pending" } th { "Oldest pending" } th.hide-sm { "Last delivered" }
                 } }
                 tbody {
                     @for s in streams {
                         @for g in &s.groups {
                             tr {
-                                td { (s.topic) }
+                                td { (s.topic) @if let Some(p) = s.partition { span.muted { " partition " (p) } } }
                                 td { strong { (g.name) } }
+                                td { (owner(s, g)) }
                                 td.num { (g.consumers) }
                                 td.num { @match g.lag {
                                     Some(l) => (layout::count(l as i64)),
@@ -90,7 +107,7 @@ fn tables(streams: &[StreamInfo]) -> Markup {
                             }
                         }
                     }
-                    @if streams.iter().all(|s| s.groups.is_empty()) { tr { td.empty colspan="7" { "No consumer group reads these streams yet." } } }
+                    @if streams.iter().all(|s| s.groups.is_empty()) { tr { td.empty colspan="8" { "No consumer group reads these streams yet." } } }
                 }
             }
         }
