@@ -227,14 +227,20 @@ impl Publisher {
     ) -> Result<(Option<String>, Option<u64>), InspectError> {
         let mut conn = self.conn.clone();
         let mut pipe = redis::pipe();
-        pipe.cmd("GET").arg(outbox_core::keys::partition_owner(key, group));
-        pipe.cmd("GET").arg(outbox_core::keys::partition_epoch(key, group));
+        pipe.cmd("GET")
+            .arg(outbox_core::keys::partition_owner(key, group));
+        pipe.cmd("GET")
+            .arg(outbox_core::keys::partition_epoch(key, group));
         Ok(pipe.query_async(&mut conn).await?)
     }
 
     /// How many consumers of `group` are live members of `topic`'s fleet (membership not
     /// expired by this relay's clock); `None` when the group keeps no fleet there.
-    pub async fn fleet_members(&self, topic: &str, group: &str) -> Result<Option<u64>, InspectError> {
+    pub async fn fleet_members(
+        &self,
+        topic: &str,
+        group: &str,
+    ) -> Result<Option<u64>, InspectError> {
         let mut conn = self.conn.clone();
         let key = outbox_core::keys::fleet_members(&self.config.stream_prefix, topic, group);
         let now_ms = std::time::SystemTime::now()

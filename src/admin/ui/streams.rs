@@ -51,7 +51,9 @@ fn owner(s: &StreamInfo, g: &GroupInfo) -> Markup {
             span.pill.dead title="entries wait and no consumer holds this partition" { "no owner" }
         },
         (None, Some(_)) => html! { span.muted { "no owner" } },
-        (None, None) => html! { span.muted title="one stream: every consumer of the group reads it" { "–" } },
+        (None, None) => {
+            html! { span.muted title="one stream: every consumer of the group reads it" { "–" } }
+        }
     }
 }
 
