@@ -17,14 +17,14 @@ use outbox_consumer::{Batches, Consumer, ConsumerConfig, Entry, HandlerError};
 use outbox_core::prepared::prepared;
 use tokio::sync::watch;
 
-use crate::harness::{self, BenchEnv, Scratch, Shape, Usage, TOPICS};
+use crate::harness::{self, BenchEnv, FirstEntries, Scratch, Shape, Usage, TOPICS};
 use crate::percentiles::Percentiles;
 use crate::traffic::Moments;
 
 /// The consumers' group on every bench topic.
 pub const GROUP: &str = "bench";
 
-/// Members of the group, each reading all the topics.
+/// Members of the group, each reading all the topics (the fleet scenario sets its own).
 pub const CONSUMERS: usize = 2;
 
 /// The effects table: one row per applied event, stamped when the effect was written, with
@@ -51,9 +51,22 @@ pub struct Consumers {
 }
 
 impl Consumers {
-    /// [`CONSUMERS`] inbox consumers of every bench topic of `scratch`, on a runtime of two
-    /// worker threads; each effect's commit time goes into `applied`.
+    /// The environment's inbox consumers ([`CONSUMERS`], or its fleet's) of every bench topic
+    /// of `scratch`, on a runtime of two worker threads; each effect's commit time goes into
+    /// `applied`.
     pub fn start(scratch: &Scratch, env: &BenchEnv, applied: Moments) -> anyhow::Result<Consumers> {
+        let count = env.fleet.map_or(CONSUMERS, |f| f.consumers);
+        let names = (0..count).map(|c| format!("bench-{c}")).collect();
+        Consumers::start_named(scratch, env, applied, names)
+    }
+
+    /// Consumers of these names, as [`Consumers::start`].
+    pub fn start_named(
+        scratch: &Scratch,
+        env: &BenchEnv,
+        applied: Moments,
+        names: Vec<String>,
+    ) -> anyhow::Result<Consumers> {
         anyhow::ensure!(
             !env.cluster && env.redis_ca.is_none(),
             "the end-to-end scenario runs on a plain single Redis"
@@ -70,7 +83,7 @@ impl Consumers {
         );
         let thread = std::thread::spawn(move || {
             runtime.block_on(async move {
-                if let Err(e) = consume(&url, &redis_url, &prefix, stopped, applied).await {
+                if let Err(e) = consume(&url, &redis_url, &prefix, &names, stopped, applied).await {
                     tracing::error!("bench consumers: {e:#}");
                 }
             })
@@ -107,6 +120,7 @@ async fn consume(
     url: &str,
     redis_url: &str,
     prefix: &str,
+    names: &[String],
     stopped: watch::Receiver<bool>,
     applied: Moments,
 ) -> anyhow::Result<()> {
@@ -117,12 +131,13 @@ async fn consume(
         .test_on_check_out(false)
         .build(manager)
         .await?;
-    let consumers = (0..CONSUMERS)
-        .map(|c| {
+    let consumers = names
+        .iter()
+        .map(|name| {
             let config = ConsumerConfig::new(redis_url, "bench.topic0", GROUP)
                 .topics((0..TOPICS).map(|t| format!("bench.topic{t}")))
                 .stream_prefix(prefix)
-                .consumer(format!("bench-{c}"))
+                .consumer(name)
                 .batch_size(200)
                 .block(Duration::from_millis(100));
             Consumer::new(config)
@@ -139,6 +154,11 @@ async fn consume(
                 let (pool, applied) = (pool.clone(), applied.clone());
                 async move {
                     let mut conn = pool.get().await.map_err(HandlerError::outage)?;
+                    // On partitioned topics (the fleet scenario): the fences first, as the
+                    // `Inbox` wrapper does.
+                    inbox::raise_fences(&mut conn, GROUP, &entries)
+                        .await
+                        .map_err(|e| HandlerError::retry(e.to_string()))?;
                     inbox::apply_batch_once(&mut conn, GROUP, &entries, &apply_effects)
                         .await
                         .map_err(|e| HandlerError::retry(e.to_string()))?;
@@ -197,7 +217,20 @@ pub async fn drain(env: &BenchEnv, n: u64) -> anyhow::Result<harness::Drain> {
             let consumers = Consumers::start(scratch, env, Moments::default())?;
             let relay = harness::RelayProcess::start(scratch, env, "bench-e2e", &extra)?;
             let deadline = started + Duration::from_secs(600);
-            while effects(&mut conn).await? < n {
+            // Timed from the first effects to the last, as the relay-only drain is from its
+            // first entries: starting the processes is not draining.
+            let mut first = None;
+            loop {
+                let applied = effects(&mut conn).await?;
+                if applied > 0 && first.is_none() {
+                    first = Some(FirstEntries {
+                        seconds: started.elapsed().as_secs_f64(),
+                        events: applied,
+                    });
+                }
+                if applied >= n {
+                    break;
+                }
                 anyhow::ensure!(
                     Instant::now() < deadline,
                     "the effects were not all committed in 10 minutes"
@@ -215,7 +248,7 @@ pub async fn drain(env: &BenchEnv, n: u64) -> anyhow::Result<harness::Drain> {
                 cpu,
                 rss,
                 seconds: Some(seconds),
-                first: None,
+                first,
             })
         },
     )

@@ -31,6 +31,17 @@ pub struct BenchEnv {
     pub cluster: bool,
     /// The `outbox-relay` binary the relays run.
     pub relay_bin: std::path::PathBuf,
+    /// Every workload topic partitioned and consumed by a fleet (the fleet scenario).
+    pub fleet: Option<FleetShape>,
+}
+
+/// Partitions of each workload topic, and consumers in the end-to-end group dividing them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FleetShape {
+    /// Partitions of each topic.
+    pub partitions: u32,
+    /// Consumers of the group.
+    pub consumers: usize,
 }
 
 impl BenchEnv {
@@ -42,7 +53,22 @@ impl BenchEnv {
             redis_ca: None,
             cluster: false,
             relay_bin: relay_bin.to_path_buf(),
+            fleet: None,
         }
+    }
+
+    /// The same servers with every workload topic in `shape.partitions` partitions, divided
+    /// by `shape.consumers` end-to-end consumers.
+    pub fn with_fleet(&self, shape: FleetShape) -> Self {
+        BenchEnv {
+            fleet: Some(shape),
+            ..self.clone()
+        }
+    }
+
+    /// Partitions of each workload topic.
+    pub fn partitions(&self) -> u32 {
+        self.fleet.map_or(1, |f| f.partitions)
     }
 
     /// The same Postgres with the Redis Cluster at `seeds`.
@@ -129,12 +155,21 @@ impl Scratch {
         format!("{}bench.topic{n}", self.prefix)
     }
 
+    /// Every stream of the workload: each topic's, or each of its partitions'.
+    pub fn streams(&self) -> Vec<String> {
+        (0..TOPICS)
+            .flat_map(|t| {
+                let topic = format!("bench.topic{t}");
+                outbox_core::keys::partition_keys(&self.prefix, &topic, self.env.partitions())
+            })
+            .collect()
+    }
+
     /// Total entries in the workload's streams (one XLEN each, all at once: on a cluster
     /// each goes to its stream's master).
     pub async fn streamed(&self, redis: &RedisConn) -> anyhow::Result<u64> {
-        let lens = futures::future::try_join_all((0..TOPICS).map(|t| {
+        let lens = futures::future::try_join_all(self.streams().into_iter().map(|key| {
             let mut redis = redis.clone();
-            let key = self.stream(t);
             async move {
                 redis::cmd("XLEN")
                     .arg(key)
@@ -182,6 +217,14 @@ pub fn redis_link(env: &BenchEnv) -> anyhow::Result<RedisConn> {
     };
     let tls = connect::tls_files(&settings).map_err(|e| anyhow::anyhow!("{e}"))?;
     Ok(connect::connect(&settings, tls.as_ref())?)
+}
+
+/// `OUTBOX__TOPICS` for every workload topic in `partitions` partitions.
+pub fn topics_setting(partitions: u32) -> String {
+    (0..TOPICS)
+        .map(|t| format!("bench.topic{t}:{partitions}"))
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// The shape of the preloaded backlog.
@@ -313,6 +356,10 @@ impl RelayProcess {
                 env.redis_ca
                     .iter()
                     .map(|ca| ("OUTBOX__REDIS__CA_FILE", ca.as_os_str())),
+            )
+            .envs(
+                env.fleet
+                    .map(|f| ("OUTBOX__TOPICS", topics_setting(f.partitions))),
             )
             .envs(extra.iter().copied())
             .stdout(Stdio::null())

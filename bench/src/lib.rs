@@ -17,6 +17,7 @@
 //! - [`latency`]: steady-rate runs (and the soak), commit to stream or to effect, in stages;
 //!   [`traffic`]: their producers, stream reader and VACUUM; [`percentiles`]: their summary.
 //! - [`endtoend`]: inbox consumers of the `outbox-consumer` library, the end-to-end drain.
+//! - [`fleet`]: the workload in 8 partitions per topic divided by 3 consumers; a join's time.
 //! - [`reference`]: the seed article's algorithm and the ceiling.
 //! - [`tls`]: the TLS scenario's two redis-servers; the local cluster and the CA come from
 //!   `outbox-testkit`.
@@ -26,6 +27,7 @@
 pub mod chart;
 pub mod cli;
 pub mod endtoend;
+pub mod fleet;
 pub mod harness;
 pub mod latency;
 pub mod machine;
@@ -108,6 +110,9 @@ pub async fn run(options: BenchOptions) -> anyhow::Result<Report> {
     if options.wants("endtoend") {
         endtoend_latency(&options, &env, &mut report).await;
     }
+    if options.wants("fleet") {
+        fleet(&options, &env, &mut report).await;
+    }
     // Only when named: ten minutes is not for every run.
     if options.only.iter().any(|o| o == "soak") {
         soak(&options, &env, &mut report).await;
@@ -143,6 +148,22 @@ async fn endtoend_latency(options: &BenchOptions, env: &BenchEnv, report: &mut R
     let run = Steady::new(rate, options.duration, Wakeup::Notify, Until::Effect);
     let r = latency::steady(env, run).await;
     report.record(&name, r.map(|l| l.figure(&name)));
+}
+
+/// The fleet at the first steady rate: producer commit to effect with 3 consumers dividing
+/// 8 partitions per topic; then the time a joining consumer takes to get its share.
+async fn fleet(options: &BenchOptions, env: &BenchEnv, report: &mut Report) {
+    let Some(&rate) = options.rates.first() else {
+        return;
+    };
+    let fleet_env = env.with_fleet(fleet::SHAPE);
+    let name = format!("fleet: latency at {rate}/s, 8 partitions, 3 consumers");
+    let run = Steady::new(rate, options.duration, Wakeup::Notify, Until::Effect);
+    let r = latency::steady(&fleet_env, run).await;
+    report.record(&name, r.map(|l| l.figure(&name)));
+    let name = format!("fleet: a 3rd consumer joins at {rate}/s (s to balance)");
+    let r = fleet::join(env, rate, options.duration, &name).await;
+    report.record(&name, r);
 }
 
 /// The soak: one long steady rate, its latency per window and the table's state at its end.

@@ -167,7 +167,13 @@ impl Report {
             .find("tls: on")
             .zip(self.find("tls: off"))
             .and_then(|(on, off)| Ratio::between("TLS / plain drain", on, off));
-        self.ratios = tls.into_iter().collect();
+        let fleet = self
+            .find("fleet: drain")
+            .zip(self.find("fleet: relay-only"))
+            .and_then(|(e2e, relay)| {
+                Ratio::between("fleet: end to end / relay-only drain", e2e, relay)
+            });
+        self.ratios = tls.into_iter().chain(fleet).collect();
         let Some(ours) = self.find("drain (keep") else {
             return;
         };

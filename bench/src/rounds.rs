@@ -17,6 +17,10 @@ const TLS_ON: &str = "tls: on (rediss, sslmode=require)";
 /// The end-to-end drain's name: producer commit to consumer effect, inbox on.
 const E2E_DRAIN: &str = "end to end: drain to inbox consumers";
 
+/// The fleet scenario's drains: relay only, then to the consumers dividing the partitions.
+const FLEET_RELAY: &str = "fleet: relay-only drain, 8 partitions";
+const FLEET_E2E: &str = "fleet: drain to 3 inbox consumers, 8 partitions";
+
 /// The cluster scenario's name: the keep-rows drain on a local cluster of this many masters.
 const CLUSTER: &str = "redis cluster: 3 masters";
 
@@ -134,6 +138,13 @@ async fn one_round(
     }
     if options.wants("endtoend") {
         runs.add(E2E_DRAIN, endtoend::drain(env, n).await);
+    }
+    if options.wants("fleet") {
+        // The two side by side, so their ratio compares one minute of the machine.
+        let fleet_env = env.with_fleet(crate::fleet::SHAPE);
+        let r = harness::drain(&fleet_env, n, 1, Shape::Mixed, &[]).await;
+        runs.add(FLEET_RELAY, r);
+        runs.add(FLEET_E2E, endtoend::drain(&fleet_env, n).await);
     }
     if !beside_first {
         beside_the_drain(options, env, rigs, runs).await;

@@ -62,6 +62,11 @@ fn bench_runs_every_scenario_and_writes_json() {
         "end to end: drain to inbox consumers",
         "end to end: latency at 200/s, inbox",
         "end to end / relay-only drain",
+        "fleet: relay-only drain, 8 partitions",
+        "fleet: drain to 3 inbox consumers, 8 partitions",
+        "fleet: end to end / relay-only drain",
+        "fleet: latency at 200/s, 8 partitions, 3 consumers",
+        "fleet: a 3rd consumer joins at 200/s",
     ] {
         assert!(stdout.contains(scenario), "missing {scenario}:\n{stdout}");
     }
@@ -73,7 +78,7 @@ fn bench_runs_every_scenario_and_writes_json() {
     let report: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(json.path()).expect("read")).expect("json");
     let figures = report["figures"].as_array().expect("figures");
-    assert_eq!(figures.len(), 17);
+    assert_eq!(figures.len(), 21);
     // Every measured span says what it cost the machine: cores busy (of this machine's) and
     // Redis CPU, so a speed figure can be read against saturation.
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;

@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 
 use bb8::Pool;
 use diesel::sql_types::{Array, BigInt, Double, Integer, Text};
+use diesel::OptionalExtension;
 use diesel_async::pooled_connection::{AsyncDieselConnectionManager, PoolError};
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
 use futures::future::BoxFuture;
@@ -62,6 +63,18 @@ pub enum InboxError<E> {
     /// The effect failed; the transaction was rolled back.
     #[error("{0}")]
     Effect(E),
+    /// The fence of the entry's partition was never raised to its lease's epoch: call
+    /// [`raise_fence`] (or [`raise_fences`]) before applying entries of a partitioned topic;
+    /// the transaction was rolled back.
+    #[error("inbox: partition {partition} of `{topic}` was not fenced at this consumer's epoch {epoch}: raise the fence first (inbox::raise_fences)")]
+    NotRaised {
+        /// The entry's topic.
+        topic: String,
+        /// The partition.
+        partition: u32,
+        /// This consumer's epoch.
+        epoch: u64,
+    },
     /// A newer owner of the entry's partition raised the fence: this consumer no longer owns
     /// it, and the transaction was rolled back.
     #[error("inbox: partition {partition} of `{topic}` is fenced at epoch {fence}, above this consumer's {epoch}: a newer owner holds it")]
@@ -181,18 +194,18 @@ where
 const FENCED_IDLE_TIMEOUT: &str = "30s";
 
 /// Raises the fence of `topic`'s partition for `group` to `lease`'s epoch, unless it is
-/// there or higher. Waits for transactions that passed their check under a lower epoch.
-/// `Ok(fence)`: the fence's epoch afterwards (above the lease's: a newer owner holds it).
+/// there or higher: a plain read first, so a fence already raised costs no lock (the raise
+/// itself waits for transactions that passed their check under a lower epoch). `Ok(fence)`:
+/// the fence's epoch afterwards (above the lease's: a newer owner holds the partition).
 pub async fn raise_fence(
     conn: &mut AsyncPgConnection,
     group: &str,
     topic: &str,
     lease: Lease,
 ) -> Result<u64, diesel::result::Error> {
-    #[derive(diesel::QueryableByName)]
-    struct Fence {
-        #[diesel(sql_type = BigInt)]
-        epoch: i64,
+    let fence = read_fence(conn, group, topic, lease.partition).await?;
+    if fence >= lease.epoch {
+        return Ok(fence);
     }
     let epoch = i64::try_from(lease.epoch).unwrap_or(i64::MAX);
     let partition = i32::try_from(lease.partition).unwrap_or(i32::MAX);
@@ -209,16 +222,70 @@ pub async fn raise_fence(
     .bind::<BigInt, _>(epoch)
     .execute(conn)
     .await?;
-    let fence: Fence = diesel::sql_query(
-        "SELECT epoch FROM outbox_inbox_fences
-         WHERE consumer_group = $1 AND topic = $2 AND partition = $3",
+    read_fence(conn, group, topic, lease.partition).await
+}
+
+/// Raises the fences of every lease among `entries` ([`raise_fence`] each, once per
+/// partition); what to call before [`apply_once`] or [`apply_batch_once`] when you use them
+/// directly on a partitioned topic (the [`Inbox`] wrapper does it for you). `Err` names the
+/// first partition a newer owner holds.
+pub async fn raise_fences(
+    conn: &mut AsyncPgConnection,
+    group: &str,
+    entries: &[Entry],
+) -> Result<(), InboxError<std::convert::Infallible>> {
+    let mut leases: Vec<(&str, Lease)> = entries
+        .iter()
+        .filter_map(|e| Some((e.topic.as_str(), e.lease?)))
+        .collect();
+    leases.sort_unstable_by_key(|(t, l)| (*t, l.partition, l.epoch));
+    leases.dedup();
+    for (topic, lease) in leases {
+        let fence = raise_fence(conn, group, topic, lease).await?;
+        if fence < lease.epoch {
+            return Err(InboxError::NotRaised {
+                topic: topic.to_string(),
+                partition: lease.partition,
+                epoch: lease.epoch,
+            });
+        }
+        if fence != lease.epoch {
+            return Err(InboxError::Fenced {
+                topic: topic.to_string(),
+                partition: lease.partition,
+                epoch: lease.epoch,
+                fence,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The fence's epoch now (0 when never raised).
+async fn read_fence(
+    conn: &mut AsyncPgConnection,
+    group: &str,
+    topic: &str,
+    partition: u32,
+) -> Result<u64, diesel::result::Error> {
+    #[derive(diesel::QueryableByName)]
+    struct Fence {
+        #[diesel(sql_type = BigInt)]
+        epoch: i64,
+    }
+    let fence: Option<Fence> = prepared(
+        diesel::sql_query(
+            "SELECT epoch FROM outbox_inbox_fences
+             WHERE consumer_group = $1 AND topic = $2 AND partition = $3",
+        )
+        .bind::<Text, _>(group)
+        .bind::<Text, _>(topic)
+        .bind::<Integer, _>(i32::try_from(partition).unwrap_or(i32::MAX)),
     )
-    .bind::<Text, _>(group)
-    .bind::<Text, _>(topic)
-    .bind::<Integer, _>(partition)
     .get_result(conn)
-    .await?;
-    Ok(u64::try_from(fence.epoch).unwrap_or(0))
+    .await
+    .optional()?;
+    Ok(fence.map_or(0, |f| u64::try_from(f.epoch).unwrap_or(0)))
 }
 
 /// Inside an effect's transaction, last before its commit: every `(topic, lease)` must still
@@ -535,6 +602,13 @@ impl<E: Into<HandlerError>> InboxError<E> {
                 epoch,
                 fence,
             } => fenced(&topic, partition, epoch, fence),
+            InboxError::NotRaised {
+                topic,
+                partition,
+                epoch,
+            } => HandlerError::retry(format!(
+                "inbox: partition {partition} of `{topic}` was not fenced at this consumer's epoch {epoch}: raise the fence first (inbox::raise_fences)"
+            )),
             InboxError::Pool(e) => {
                 HandlerError::outage(format!("inbox: no database connection: {e}"))
             }

@@ -361,6 +361,15 @@ async fn the_inbox_refuses_the_commit_of_a_consumer_whose_partition_has_a_newer_
         partition: 3,
         epoch: 2,
     };
+    // Applied directly, under a lease whose fence nobody raised: refused, saying what to do.
+    entry.lease = Some(old);
+    let nothing = as_effect(|_, _| Box::pin(async { Ok(()) }));
+    let unraised = inbox::apply_once(&mut a, "g", &entry, &nothing).await;
+    assert!(
+        matches!(unraised, Err(inbox::InboxError::NotRaised { epoch: 1, .. })),
+        "{:?}",
+        unraised.map_err(|e| e.to_string())
+    );
     assert_eq!(
         inbox::raise_fence(&mut a, "g", "t0", old)
             .await

@@ -21,21 +21,43 @@ pub(crate) fn beat_every(lease: Duration) -> Duration {
     (lease / 6).clamp(Duration::from_millis(20), Duration::from_secs(1))
 }
 
-/// Runs the heartbeat forever (the consumer drops it when it stops).
+/// How soon the heartbeat runs again while a partition it should own is still another's, or
+/// right after joining: a hand-over then takes a fraction of a second, not a whole beat.
+const EAGER: Duration = Duration::from_millis(100);
+
+/// Runs the heartbeat forever (the consumer drops it when it stops). It also runs at once
+/// when the topics change.
 pub(crate) async fn heartbeat(fleet: &Fleet, mut conn: RedisConn) -> Infallible {
     let every = beat_every(fleet.lease);
     let mut errors = ErrorLog::new(Duration::from_secs(30));
     loop {
-        match beat(fleet, &mut conn).await {
-            Ok(()) => errors.reset(),
+        let next = match beat(fleet, &mut conn).await {
+            Ok(Waiting::No) => {
+                errors.reset();
+                every
+            }
+            Ok(Waiting::Yes) => {
+                errors.reset();
+                every.min(EAGER)
+            }
             Err(e) => {
                 if let Some(suppressed) = errors.admit(Instant::now()) {
                     tracing::warn!(error = %e, suppressed, group = %fleet.group, consumer = %fleet.me, "could not renew partition leases; partitions whose lease runs out stop being handled");
                 }
+                every
             }
+        };
+        tokio::select! {
+            _ = tokio::time::sleep(next) => {}
+            _ = fleet.changed.notified() => {}
         }
-        tokio::time::sleep(every).await;
     }
+}
+
+/// Whether a beat left this consumer waiting for partitions it should own.
+enum Waiting {
+    No,
+    Yes,
 }
 
 /// Notes a topic whose partition count in the partitions hash is not the one the loop
@@ -64,13 +86,19 @@ async fn check_counts(fleet: &Fleet, conn: &mut RedisConn) -> redis::RedisResult
 }
 
 /// One round over every divided topic.
-async fn beat(fleet: &Fleet, conn: &mut RedisConn) -> redis::RedisResult<()> {
+async fn beat(fleet: &Fleet, conn: &mut RedisConn) -> redis::RedisResult<Waiting> {
     check_counts(fleet, conn).await?;
     let topics = fleet.state().topics.clone();
     let mut failure = None;
+    let mut waiting = Waiting::No;
     for topic in topics {
         let sent = Instant::now();
         let members = scripts::join(conn, &topic.members, &fleet.me, fleet.lease_ms()).await?;
+        if fleet.state().joined.insert(topic.topic.clone()) {
+            // Just joined: the others starting now join too before anyone takes leases.
+            waiting = Waiting::Yes;
+            continue;
+        }
         let count = u32::try_from(topic.partitions.len()).unwrap_or(u32::MAX);
         let targets: HashSet<u32> = assign::targets(&members, &fleet.me, count)
             .into_iter()
@@ -155,13 +183,14 @@ async fn beat(fleet: &Fleet, conn: &mut RedisConn) -> redis::RedisResult<()> {
                 }
                 // Another consumer still holds it: it gives it up after its batch, or its
                 // lease runs out.
-                (LeaseOp::Take, None) | (LeaseOp::Release, _) => {}
+                (LeaseOp::Take, None) => waiting = Waiting::Yes,
+                (LeaseOp::Release, _) => {}
             }
         }
     }
     match failure {
         Some(e) => Err(e),
-        None => Ok(()),
+        None => Ok(waiting),
     }
 }
 
@@ -183,7 +212,9 @@ pub(crate) async fn leave(fleet: &Fleet, conn: &mut RedisConn) -> redis::RedisRe
         )
         .await?;
     }
-    fleet.state().held.clear();
+    let mut state = fleet.state();
+    state.held.clear();
+    state.joined.clear();
     Ok(())
 }
 

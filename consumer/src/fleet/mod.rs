@@ -65,6 +65,9 @@ struct State {
     /// Owner key of each fenced stream.
     owners: HashMap<Arc<str>, String>,
     held: HashMap<Arc<str>, Held>,
+    /// Topics whose members set this consumer has joined (it takes leases from the beat
+    /// after its first, so consumers starting together see each other first).
+    joined: std::collections::HashSet<String>,
 }
 
 /// What the loop may do with an entry of a stream.
@@ -86,6 +89,8 @@ pub(crate) struct Fleet {
     prefix: String,
     lease: Duration,
     state: Mutex<State>,
+    /// Wakes the heartbeat when the topics change, so a new count is acted on at once.
+    changed: tokio::sync::Notify,
 }
 
 impl Fleet {
@@ -97,6 +102,7 @@ impl Fleet {
             prefix: prefix.to_string(),
             lease,
             state: Mutex::new(State::default()),
+            changed: tokio::sync::Notify::new(),
         }
     }
 
@@ -139,6 +145,11 @@ impl Fleet {
             .collect();
         state.held.retain(|stream, _| owners.contains_key(stream));
         state.owners = owners;
+        let divided: std::collections::HashSet<String> =
+            state.topics.iter().map(|t| t.topic.clone()).collect();
+        state.joined.retain(|topic| divided.contains(topic));
+        drop(state);
+        self.changed.notify_one();
     }
 
     /// Whether a topic's partition count changed since [`Fleet::configure`] (a topic got
