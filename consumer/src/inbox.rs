@@ -242,13 +242,6 @@ pub async fn raise_fences(
     leases.dedup();
     for (topic, lease) in leases {
         let fence = raise_fence(conn, group, topic, lease).await?;
-        if fence < lease.epoch {
-            return Err(InboxError::NotRaised {
-                topic: topic.to_string(),
-                partition: lease.partition,
-                epoch: lease.epoch,
-            });
-        }
         if fence != lease.epoch {
             return Err(InboxError::Fenced {
                 topic: topic.to_string(),
@@ -327,6 +320,13 @@ async fn check_fences<E>(
             .iter()
             .find(|f| f.topic == *topic && i64::from(f.partition) == i64::from(lease.partition))
             .map_or(0, |f| u64::try_from(f.epoch).unwrap_or(0));
+        if fence < lease.epoch {
+            return Err(InboxError::NotRaised {
+                topic: topic.to_string(),
+                partition: lease.partition,
+                epoch: lease.epoch,
+            });
+        }
         if fence != lease.epoch {
             return Err(InboxError::Fenced {
                 topic: topic.to_string(),
