@@ -234,22 +234,41 @@ pub async fn raise_fences(
     group: &str,
     entries: &[Entry],
 ) -> Result<(), InboxError<std::convert::Infallible>> {
+    let leases = leases_of(entries);
+    for (topic, lease) in leases {
+        let fence = raise_fence(conn, group, topic, lease).await?;
+        holds(topic, lease, fence)?;
+    }
+    Ok(())
+}
+
+/// The distinct `(topic, lease)` pairs of `entries`.
+fn leases_of(entries: &[Entry]) -> Vec<(&str, Lease)> {
     let mut leases: Vec<(&str, Lease)> = entries
         .iter()
         .filter_map(|e| Some((e.topic.as_str(), e.lease?)))
         .collect();
     leases.sort_unstable_by_key(|(t, l)| (*t, l.partition, l.epoch));
     leases.dedup();
-    for (topic, lease) in leases {
-        let fence = raise_fence(conn, group, topic, lease).await?;
-        if fence != lease.epoch {
-            return Err(InboxError::Fenced {
-                topic: topic.to_string(),
-                partition: lease.partition,
-                epoch: lease.epoch,
-                fence,
-            });
-        }
+    leases
+}
+
+/// Whether a fence at `fence` lets `lease` commit: only at its own epoch.
+fn holds<E>(topic: &str, lease: Lease, fence: u64) -> Result<(), InboxError<E>> {
+    if fence < lease.epoch {
+        return Err(InboxError::NotRaised {
+            topic: topic.to_string(),
+            partition: lease.partition,
+            epoch: lease.epoch,
+        });
+    }
+    if fence != lease.epoch {
+        return Err(InboxError::Fenced {
+            topic: topic.to_string(),
+            partition: lease.partition,
+            epoch: lease.epoch,
+            fence,
+        });
     }
     Ok(())
 }
@@ -320,21 +339,7 @@ async fn check_fences<E>(
             .iter()
             .find(|f| f.topic == *topic && i64::from(f.partition) == i64::from(lease.partition))
             .map_or(0, |f| u64::try_from(f.epoch).unwrap_or(0));
-        if fence < lease.epoch {
-            return Err(InboxError::NotRaised {
-                topic: topic.to_string(),
-                partition: lease.partition,
-                epoch: lease.epoch,
-            });
-        }
-        if fence != lease.epoch {
-            return Err(InboxError::Fenced {
-                topic: topic.to_string(),
-                partition: lease.partition,
-                epoch: lease.epoch,
-                fence,
-            });
-        }
+        holds(topic, *lease, fence)?;
     }
     Ok(())
 }
@@ -360,12 +365,7 @@ where
     }
     let ids: Vec<uuid::Uuid> = entries.iter().map(|e| e.id).collect();
     let topics: Vec<&str> = entries.iter().map(|e| e.topic.as_str()).collect();
-    let mut leases: Vec<(&str, Lease)> = entries
-        .iter()
-        .filter_map(|e| Some((e.topic.as_str(), e.lease?)))
-        .collect();
-    leases.sort_unstable_by_key(|(t, l)| (*t, l.partition, l.epoch));
-    leases.dedup();
+    let leases = leases_of(entries);
     conn.transaction(async |c| {
         if !leases.is_empty() {
             diesel::sql_query("SELECT set_config('idle_in_transaction_session_timeout', $1, true)")
