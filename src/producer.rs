@@ -32,6 +32,9 @@ pub enum ProducerError {
     /// The topic breaks the table's rule (1 to 255 characters, no whitespace or control).
     #[error("invalid topic {0:?}: 1 to 255 characters, no whitespace or control characters")]
     InvalidTopic(String),
+    /// A text holds a NUL character, which Postgres cannot store in `text` or `jsonb`.
+    #[error("field `{0}` contains a NUL character (\\u0000), which Postgres cannot store")]
+    Nul(&'static str),
     /// The insert failed.
     #[error("enqueue failed: {0}")]
     Database(#[from] diesel::result::Error),
@@ -88,6 +91,35 @@ impl NewEvent {
 /// The table's topic rule, checked before the round trip (`outbox_core::topic`).
 pub use outbox_core::topic::is_valid as valid_topic;
 
+/// Refuses a NUL character anywhere Postgres would refuse it (the partition key, any string
+/// or object key of the payload or headers), naming the field: bad input, not an outage.
+pub fn check_nul(event: &NewEvent) -> Result<(), ProducerError> {
+    if event
+        .partition_key
+        .as_deref()
+        .is_some_and(|k| k.contains('\0'))
+    {
+        return Err(ProducerError::Nul("partition_key"));
+    }
+    if has_nul(&event.payload) {
+        return Err(ProducerError::Nul("payload"));
+    }
+    if event.headers.as_ref().is_some_and(has_nul) {
+        return Err(ProducerError::Nul("headers"));
+    }
+    Ok(())
+}
+
+/// Whether a JSON value holds a NUL in a string or an object key.
+fn has_nul(value: &serde_json::Value) -> bool {
+    match value {
+        serde_json::Value::String(s) => s.contains('\0'),
+        serde_json::Value::Array(items) => items.iter().any(has_nul),
+        serde_json::Value::Object(map) => map.iter().any(|(k, v)| k.contains('\0') || has_nul(v)),
+        _ => false,
+    }
+}
+
 /// Inserts one event; returns its id.
 pub async fn enqueue(
     conn: &mut AsyncPgConnection,
@@ -107,6 +139,9 @@ pub async fn enqueue_many(
     if let Some(bad) = events.iter().find(|e| !valid_topic(&e.topic)) {
         return Err(ProducerError::InvalidTopic(bad.topic.clone()));
     }
+    for event in events {
+        check_nul(event)?;
+    }
     // Five binds per row; Postgres takes at most 65,535 per statement.
     let mut ids = Vec::with_capacity(events.len());
     for chunk in events.chunks(10_000) {
@@ -118,4 +153,34 @@ pub async fn enqueue_many(
         ids.append(&mut inserted);
     }
     Ok(ids)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_nul_anywhere_postgres_refuses_it_is_named_before_the_round_trip() {
+        let ok = NewEvent::new("t", serde_json::json!({"a": ["b", {"c": 1}]})).key("k");
+        assert!(check_nul(&ok).is_ok());
+        let nul = |e: NewEvent| check_nul(&e).err().map(|e| e.to_string());
+        let named = |field: &str| {
+            Some(format!(
+                "field `{field}` contains a NUL character (\\u0000), which Postgres cannot store"
+            ))
+        };
+        assert_eq!(nul(ok.clone().key("k\0")), named("partition_key"));
+        assert_eq!(
+            nul(NewEvent::new("t", serde_json::json!({"a": [{"b": "\0"}]}))),
+            named("payload")
+        );
+        assert_eq!(
+            nul(NewEvent::new("t", serde_json::json!({"\0": 1}))),
+            named("payload")
+        );
+        assert_eq!(
+            nul(ok.headers(serde_json::json!({"h": "\0"}))),
+            named("headers")
+        );
+    }
 }

@@ -25,6 +25,8 @@ pub(super) async fn enqueue_once(
     key: Option<&str>,
     who: &str,
 ) -> Result<Enqueued, ActionError> {
+    // Before anything reaches Postgres: the idempotency hash is computed there too.
+    producer::check_nul(event)?;
     conn.transaction::<_, ActionError, _>(async |c| {
         let mut hash = None;
         if let Some(key) = key {

@@ -26,6 +26,9 @@ pub enum ActionError {
     /// The topic breaks the table's rule.
     #[error("invalid topic {0:?}: 1 to 255 characters, no whitespace or control characters")]
     InvalidTopic(String),
+    /// A field of an event holds a NUL character (Postgres cannot store it).
+    #[error("field `{0}` contains a NUL character (\\u0000), which Postgres cannot store")]
+    Nul(&'static str),
     /// A stream length that is zero or negative.
     #[error("maxlen must be positive or null")]
     BadMaxlen,
@@ -73,6 +76,7 @@ impl From<ProducerError> for ActionError {
     fn from(e: ProducerError) -> Self {
         match e {
             ProducerError::InvalidTopic(t) => ActionError::InvalidTopic(t),
+            ProducerError::Nul(field) => ActionError::Nul(field),
             ProducerError::Database(e) => e.into(),
         }
     }

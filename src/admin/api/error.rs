@@ -100,6 +100,7 @@ impl From<ActionError> for ApiError {
     fn from(e: ActionError) -> Self {
         match e {
             ActionError::InvalidTopic(_)
+            | ActionError::Nul(_)
             | ActionError::BadMaxlen
             | ActionError::HeadersNotObject => ApiError::BadRequest(e.to_string()),
             // Named as the API's filter names its fields.

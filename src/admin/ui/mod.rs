@@ -82,6 +82,7 @@ impl From<ActionError> for UiError {
             ActionError::NoEvent(_) => UiError::NotFound(e.to_string()),
             ActionError::Db(e) => UiError::Db(e),
             ActionError::BadMaxlen
+            | ActionError::Nul(_)
             | ActionError::HeadersNotObject
             | ActionError::NotDead(_)
             | ActionError::KeyInFlight

@@ -47,6 +47,33 @@ async fn bad_input_is_a_4xx_json_error_never_a_500() {
         .with("Idempotency-Key", "")
         .post("/api/v1/events", Some(r#"{"topic":"t","payload":{}}"#));
     assert_eq!(r.status, 400);
+    // Postgres cannot store NUL in text or jsonb: the field is named, with or without an
+    // idempotency key (whose hash is computed in Postgres too); never a 503.
+    let nul_cases = [
+        (r#"{"topic":"t","payload":{"a":"x\u0000y"}}"#, "payload"),
+        (r#"{"topic":"t","payload":{"x\u0000":1}}"#, "payload"),
+        (
+            r#"{"topic":"t","payload":{},"headers":{"h":["\u0000"]}}"#,
+            "headers",
+        ),
+        (
+            r#"{"topic":"t","payload":{},"partition_key":"k\u0000"}"#,
+            "partition_key",
+        ),
+        (r#"{"topic":"t\u0000","payload":{}}"#, "topic"),
+    ];
+    for (body, field) in nul_cases {
+        for keyed in [false, true] {
+            let client = match keyed {
+                true => api.admin().with("Idempotency-Key", "nul-1"),
+                false => api.admin(),
+            };
+            let r = client.post("/api/v1/events", Some(body));
+            assert_eq!(r.status, 400, "{body}: {:?}", r.json);
+            let error = r.json["error"].as_str().unwrap_or_default();
+            assert!(error.contains(field), "{body}: {error}");
+        }
+    }
     // Not JSON at all (no Content-Type) is refused too.
     let r = api.admin().post("/api/v1/events", None);
     assert_eq!(r.status, 400);
