@@ -25,6 +25,9 @@ pub enum ApiError {
     /// Nothing there.
     #[error("{0}")]
     NotFound(String),
+    /// The route exists, without this method; the methods it has (for `Allow`).
+    #[error("method not allowed here; allowed: {0}")]
+    MethodNotAllowed(&'static str),
     /// The target is not in a state that allows the action.
     #[error("{0}")]
     Conflict(String),
@@ -50,6 +53,7 @@ impl ResponseError for ApiError {
             ApiError::Forbidden => StatusCode::FORBIDDEN,
             ApiError::TooManyAttempts(_) => StatusCode::TOO_MANY_REQUESTS,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::Unprocessable(_) => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
@@ -62,6 +66,9 @@ impl ResponseError for ApiError {
         let mut response = HttpResponse::build(self.status_code());
         if matches!(self, ApiError::Unauthorized) {
             response.insert_header((header::WWW_AUTHENTICATE, "Bearer"));
+        }
+        if let ApiError::MethodNotAllowed(allow) = self {
+            response.insert_header((header::ALLOW, *allow));
         }
         if let ApiError::TooManyAttempts(seconds) = self {
             response.insert_header((header::RETRY_AFTER, seconds.to_string()));

@@ -34,24 +34,36 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
         web::scope("/api/v1")
             .wrap(from_fn(authenticate))
             .configure(configure_extractors)
-            .route("/stats", web::get().to(stats::get))
-            .route("/events", web::get().to(events::list))
-            .route("/events", web::post().to(events::enqueue))
-            .route("/events/{id}", web::get().to(events::get))
-            .route("/events/{id}/retry", web::post().to(events::retry))
-            .route("/events/{id}/discard", web::post().to(events::discard))
-            .route("/events/{id}/timeline", web::get().to(events::timeline))
-            .route("/dead/groups", web::get().to(dead::groups))
-            .route("/dead/retry", web::post().to(dead::retry))
-            .route("/dead/discard", web::post().to(dead::discard))
-            .route("/topics", web::get().to(topics::list))
-            .route("/topics/{topic}", web::get().to(topics::get))
-            .route("/topics/{topic}", web::put().to(topics::put))
-            .route("/topics/{topic}/pause", web::post().to(topics::pause))
-            .route("/topics/{topic}/resume", web::post().to(topics::resume))
-            .route("/replicas", web::get().to(replicas::list))
-            .route("/audit", web::get().to(audit::list))
-            .route("/openapi.json", web::get().to(openapi::document))
+            .service(resource("/stats", "GET").route(web::get().to(stats::get)))
+            .service(
+                resource("/events", "GET, POST")
+                    .route(web::get().to(events::list))
+                    .route(web::post().to(events::enqueue)),
+            )
+            .service(resource("/events/{id}", "GET").route(web::get().to(events::get)))
+            .service(resource("/events/{id}/retry", "POST").route(web::post().to(events::retry)))
+            .service(
+                resource("/events/{id}/discard", "POST").route(web::post().to(events::discard)),
+            )
+            .service(
+                resource("/events/{id}/timeline", "GET").route(web::get().to(events::timeline)),
+            )
+            .service(resource("/dead/groups", "GET").route(web::get().to(dead::groups)))
+            .service(resource("/dead/retry", "POST").route(web::post().to(dead::retry)))
+            .service(resource("/dead/discard", "POST").route(web::post().to(dead::discard)))
+            .service(resource("/topics", "GET").route(web::get().to(topics::list)))
+            .service(
+                resource("/topics/{topic}", "GET, PUT")
+                    .route(web::get().to(topics::get))
+                    .route(web::put().to(topics::put)),
+            )
+            .service(resource("/topics/{topic}/pause", "POST").route(web::post().to(topics::pause)))
+            .service(
+                resource("/topics/{topic}/resume", "POST").route(web::post().to(topics::resume)),
+            )
+            .service(resource("/replicas", "GET").route(web::get().to(replicas::list)))
+            .service(resource("/audit", "GET").route(web::get().to(audit::list)))
+            .service(resource("/openapi.json", "GET").route(web::get().to(openapi::document)))
             .default_service(web::to(not_found)),
     );
 }
@@ -85,6 +97,14 @@ pub fn configure_extractors(cfg: &mut web::ServiceConfig) {
             ApiError::BadRequest(format!("bad path: {e}")).into()
         }),
     );
+}
+
+/// A route whose other methods answer 405 with `Allow: <allow>` (the methods its routes
+/// have), not 404: the path exists.
+fn resource(path: &str, allow: &'static str) -> actix_web::Resource {
+    web::resource(path).default_service(web::to(move || async move {
+        Err::<actix_web::HttpResponse, ApiError>(ApiError::MethodNotAllowed(allow))
+    }))
 }
 
 async fn not_found() -> Result<actix_web::HttpResponse, ApiError> {

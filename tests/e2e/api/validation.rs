@@ -74,6 +74,22 @@ async fn bad_input_is_a_4xx_json_error_never_a_500() {
             assert!(error.contains(field), "{body}: {error}");
         }
     }
+    // A method a route does not have: 405 naming the ones it has, not 404.
+    for (method, path, allow) in [
+        ("TRACE", "/api/v1/stats", "GET"),
+        ("DELETE", "/api/v1/events", "GET, POST"),
+        (
+            "GET",
+            "/api/v1/events/00000000-0000-0000-0000-000000000000/retry",
+            "POST",
+        ),
+        ("PATCH", "/api/v1/topics/t", "GET, PUT"),
+    ] {
+        let r = api.admin().call(method, path, None);
+        assert_eq!(r.status, 405, "{method} {path}: {:?}", r.json);
+        assert_eq!(r.header("allow"), Some(allow), "{method} {path}");
+        assert!(r.json["error"].is_string(), "{method} {path}");
+    }
     // Not JSON at all (no Content-Type) is refused too.
     let r = api.admin().post("/api/v1/events", None);
     assert_eq!(r.status, 400);
