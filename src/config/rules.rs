@@ -174,6 +174,22 @@ const RULES: &[Rule] = &[
         },
     },
     Rule {
+        settings: &["redis.wait_timeout", "redis.timeout", "relay.lease"],
+        check: |s| {
+            positive(s.redis.wait_timeout)?;
+            let waits = s.redis.wait_replicas > 0 || s.redis.wait_fsync;
+            if waits && s.redis.wait_timeout + s.redis.timeout >= s.relay.lease {
+                return Err(format!(
+                    "redis.wait_timeout ({}) plus redis.timeout ({}) must be shorter than relay.lease ({}): the wait for replicas is part of the publish, which must end within the claim",
+                    human(s.redis.wait_timeout),
+                    human(s.redis.timeout),
+                    human(s.relay.lease)
+                ));
+            }
+            Ok(())
+        },
+    },
+    Rule {
         settings: &["redis.timeout", "relay.lease"],
         check: |s| {
             if s.redis.timeout >= s.relay.lease {

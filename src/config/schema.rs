@@ -85,6 +85,15 @@ pub struct RedisSettings {
     /// How long one publish round trip may take before Redis counts as unreachable.
     #[serde(with = "humantime_serde")]
     pub timeout: Duration,
+    /// Replicas that must acknowledge a batch's writes (`WAIT`) before its events are marked
+    /// published; 0 marks them once the master answered.
+    pub wait_replicas: u32,
+    /// How long to wait for those replicas (and the append-only file) before the batch counts
+    /// as not written: its events stay pending and go out again, without an attempt.
+    #[serde(with = "humantime_serde")]
+    pub wait_timeout: Duration,
+    /// The master must also have written the batch to its append-only file (`WAITAOF`).
+    pub wait_fsync: bool,
     /// PEM file of the CA certificates that sign the Redis server's certificate (with a
     /// `rediss://` URL); without it, the system's CAs. The server's name must match its
     /// certificate either way.

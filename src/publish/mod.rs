@@ -9,6 +9,7 @@
 
 pub mod classify;
 pub mod connect;
+pub mod durability;
 pub mod groups;
 pub mod inspect;
 pub mod keys;
@@ -17,6 +18,7 @@ pub mod script;
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write as _;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -28,6 +30,7 @@ use uuid::Uuid;
 
 pub use classify::{classify_error, classify_reply, Verdict};
 pub use connect::RedisConn;
+pub use durability::Durability;
 
 /// Upper bound of the entry bytes sent in one script call (a call blocks Redis while it runs).
 pub const CALL_BYTES: usize = 4 * 1024 * 1024;
@@ -135,6 +138,8 @@ pub struct PublisherConfig {
     pub maxlen: Option<u64>,
     /// `redis.timeout`.
     pub timeout: Duration,
+    /// `redis.wait_replicas`, `redis.wait_fsync`, `redis.wait_timeout`.
+    pub durability: Durability,
 }
 
 /// How a script call names the script.
@@ -210,15 +215,23 @@ impl ScriptCall<'_> {
 pub struct Publisher {
     conn: RedisConn,
     config: PublisherConfig,
+    /// Redis was last found unable to confirm writes as the settings ask: nothing is sent.
+    refused: Arc<Mutex<Option<durability::Unsupported>>>,
 }
 
 impl Publisher {
     /// A publisher over a (lazily connecting) connection: one server's connection manager or
     /// a cluster connection.
     pub fn new(conn: impl Into<RedisConn>, config: PublisherConfig) -> Self {
+        // Until the first check, a Redis asked for WAITAOF is not trusted to know it.
+        let unchecked = config.durability.fsync.then(|| durability::Unsupported {
+            setting: "redis.wait_fsync",
+            reason: "not checked yet".into(),
+        });
         Publisher {
             conn: conn.into(),
             config,
+            refused: Arc::new(Mutex::new(unchecked)),
         }
     }
 
@@ -242,7 +255,49 @@ impl Publisher {
     /// ([`outbox_core::partition::for_key`]), so one key's events stay in order in one stream;
     /// an unkeyed event goes to the partition its (random) id falls in. Partitions go out one after the
     /// other (on a cluster each may live on another master).
+    ///
+    /// With `redis.wait_replicas` or `redis.wait_fsync`, it returns only once the writes are
+    /// where those ask ([`durability::confirm`]); otherwise the whole call is an outage.
     pub async fn publish(
+        &self,
+        topic: &str,
+        chains: &[Vec<StreamEvent>],
+        maxlen: Option<u64>,
+        partitions: u32,
+    ) -> Result<Vec<(Uuid, Outcome)>, PublishError> {
+        if let Some(refused) = self.refused() {
+            // Entries written now could never be confirmed: none is sent.
+            return Err(PublishError::Outage(refused.to_string()));
+        }
+        let outcomes = self.append(topic, chains, maxlen, partitions).await?;
+        let written = outcomes
+            .iter()
+            .any(|(_, o)| matches!(o, Outcome::Published | Outcome::Duplicate));
+        if written {
+            durability::confirm(&self.conn, self.config.durability, self.config.timeout).await?;
+        }
+        Ok(outcomes)
+    }
+
+    /// Whether Redis can confirm writes as `redis.wait_fsync` asks (see [`durability::check`]);
+    /// while it cannot, [`Publisher::publish`] sends nothing.
+    pub async fn check_durability(&self) -> Result<(), durability::Unsupported> {
+        let result = durability::check(&self.conn, self.config.durability).await;
+        *self.refused.lock().unwrap_or_else(|p| p.into_inner()) = result.clone().err();
+        result
+    }
+
+    /// Why nothing may be sent now: Redis cannot confirm writes as the settings ask (or was
+    /// not checked yet).
+    pub fn refused(&self) -> Option<durability::Unsupported> {
+        self.refused
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// [`Publisher::publish`] without the wait.
+    async fn append(
         &self,
         topic: &str,
         chains: &[Vec<StreamEvent>],

@@ -126,6 +126,10 @@ impl From<diesel::result::Error> for CycleError {
 pub async fn run_once(deps: &CycleDeps) -> Result<CycleReport, CycleError> {
     super::faults::panic_at("cycle-panic");
     super::faults::stall_at("cycle-stall").await;
+    if deps.dispatchers.publisher().refused().is_some() {
+        // Nothing could be confirmed: claim nothing (readiness says why, once).
+        return Ok(CycleReport::default());
+    }
     let started = Instant::now();
     let mut conn = deps.db.conn().await?;
     let first = attempt(&mut conn, deps, deps.overlap.allowed(), &HashSet::new()).await;

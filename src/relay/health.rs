@@ -24,6 +24,7 @@ pub struct Health {
     stopping: AtomicBool,
     postgres_ok: AtomicBool,
     redis_ok: AtomicBool,
+    durability_ok: AtomicBool,
     /// Milliseconds since `origin` of the last background check; 0: none yet.
     checked_at_ms: AtomicU64,
     /// Milliseconds since `origin` at which the last claim cycle ended.
@@ -42,6 +43,7 @@ impl Default for Health {
             stopping: AtomicBool::new(false),
             postgres_ok: AtomicBool::new(false),
             redis_ok: AtomicBool::new(false),
+            durability_ok: AtomicBool::new(true),
             checked_at_ms: AtomicU64::new(0),
             cycle_ended_ms: AtomicU64::new(0),
             pending: AtomicI64::new(-1),
@@ -57,6 +59,8 @@ pub struct Readiness {
     pub postgres: bool,
     /// Redis answered the last check.
     pub redis: bool,
+    /// Redis can confirm writes as `redis.wait_fsync` asks (false: the log says why).
+    pub durability: bool,
     /// The last claim cycle succeeded.
     pub relay: bool,
     /// Shutdown has begun.
@@ -68,7 +72,7 @@ pub struct Readiness {
 impl Readiness {
     /// Ready to take traffic.
     pub fn ready(&self) -> bool {
-        self.postgres && self.redis && self.relay && self.fresh && !self.stopping
+        self.postgres && self.redis && self.durability && self.relay && self.fresh && !self.stopping
     }
 }
 
@@ -105,6 +109,11 @@ impl Health {
             .store(self.now_ms().max(1), Ordering::Relaxed);
     }
 
+    /// Whether Redis can confirm writes as the settings ask.
+    pub fn set_durability(&self, ok: bool) {
+        self.durability_ok.store(ok, Ordering::Relaxed);
+    }
+
     /// A fresh count of pending events.
     pub fn set_pending(&self, pending: i64) {
         self.pending.store(pending, Ordering::Relaxed);
@@ -128,6 +137,7 @@ impl Health {
         Readiness {
             postgres: self.postgres_ok.load(Ordering::Relaxed),
             redis: self.redis_ok.load(Ordering::Relaxed),
+            durability: self.durability_ok.load(Ordering::Relaxed),
             relay: self.relay_ok.load(Ordering::Relaxed),
             stopping: self.stopping.load(Ordering::Relaxed),
             fresh: checked > 0 && age <= CHECK_FRESH_FOR,
@@ -180,6 +190,9 @@ mod tests {
         assert!(health.readiness().ready());
         health.checked(true, false);
         assert!(!health.readiness().ready());
+        health.checked(true, true);
+        health.set_durability(false);
+        assert!(!health.readiness().ready(), "Redis cannot confirm as asked");
     }
 
     #[test]

@@ -37,6 +37,21 @@ async fn postgres_ok(db: &Db) -> bool {
     )
 }
 
+/// Whether Redis can confirm writes as the settings ask; logs once when it turns either way,
+/// naming the setting, so a misconfigured Redis gives one line, not one a second.
+async fn durability_ok(check: &ReadinessCheck) -> bool {
+    let result = check.publisher.check_durability().await;
+    let was = check.health.readiness().durability;
+    match &result {
+        Err(e) if was => {
+            tracing::error!(setting = e.setting, reason = %e.reason, "{e}; not ready, nothing is marked published")
+        }
+        Ok(()) if !was => tracing::info!("Redis confirms writes as the settings ask again"),
+        _ => {}
+    }
+    result.is_ok()
+}
+
 impl Job for ReadinessCheck {
     const ACTOR: ActorName = ActorName::Readiness;
     type Error = DbError;
@@ -49,7 +64,9 @@ impl Job for ReadinessCheck {
         let me = self.clone();
         async move {
             let (postgres, redis) = futures::join!(postgres_ok(&me.db), me.publisher.ping());
+            let durable = !redis || durability_ok(&me).await;
             me.health.checked(postgres, redis);
+            me.health.set_durability(durable);
             Ok(())
         }
         .boxed()

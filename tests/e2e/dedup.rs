@@ -34,6 +34,7 @@ fn publisher_at(url: &str, prefix: &str) -> Publisher {
         max_payload_bytes: 1024 * 1024,
         maxlen: None,
         timeout: Duration::from_secs(5),
+        durability: Default::default(),
     };
     let conn = Publisher::connect(url, config.timeout).expect("redis url");
     Publisher::new(conn, config)

@@ -44,6 +44,7 @@ mod crash;
 mod dedup;
 mod delivery;
 mod demo;
+mod durability;
 mod fleet;
 mod groups;
 mod inbox_batches;

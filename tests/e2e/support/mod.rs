@@ -11,6 +11,7 @@ mod events;
 mod http;
 mod pgbouncer;
 mod process;
+mod proxy;
 mod redis;
 mod relay;
 mod tls;
@@ -27,7 +28,8 @@ pub use self::events::{assert_exactly_once, assert_per_key_order, insert_events,
 pub use self::http::{form, Http, Resp};
 pub use self::pgbouncer::PgBouncer;
 pub use self::process::Logged;
-pub use self::redis::{OwnRedis, TestRedis};
+pub use self::proxy::Proxy;
+pub use self::redis::{valkey_server, OwnRedis, TestRedis};
 pub use self::relay::{base_env, RelayProc, TokenRelay, ADMIN_TOKEN, BIN, READ_ONLY_TOKEN};
 pub use self::tls::{Issued, TestCa};
 

