@@ -134,6 +134,27 @@ pub fn topic_known(topic: &str) {
     counter!("outbox_events_published_total", "topic" => topic.to_string()).increment(0);
     counter!("outbox_topic_outages_total", "topic" => topic.to_string()).increment(0);
     gauge!("outbox_topic_down", "topic" => topic.to_string()).set(0.0);
+    counter!("outbox_redis_lost_entries_total", "topic" => topic.to_string()).increment(0);
+}
+
+/// A stream was found to hold less than the relay appended to it, and was repaired as far as
+/// retention allows: one line with the topic and the stream ids.
+pub fn redis_lost(behind: &crate::publish::Behind, repaired: &crate::relay::repair::Repaired) {
+    counter!("outbox_redis_lost_entries_total", "topic" => behind.topic.clone())
+        .increment(repaired.lost.len() as u64);
+    let ends_at = behind
+        .last
+        .map_or_else(|| "nothing (no stream)".to_string(), |l| l.to_string());
+    tracing::error!(
+        topic = %behind.topic,
+        stream = %behind.stream,
+        appended_up_to = %behind.mark,
+        ends_at = %ends_at,
+        lost = repaired.lost.len(),
+        requeued = repaired.requeued,
+        unrepairable = repaired.unrepairable.as_deref().unwrap_or("nothing"),
+        "redis lost entries the relay had appended; the lost events are published again, in order, before newer ones"
+    );
 }
 
 /// A declared consumer group: its gauges exist from the first scrape.

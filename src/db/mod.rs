@@ -14,6 +14,7 @@ pub mod pool;
 pub mod pooler;
 pub mod replicas;
 pub mod schema;
+pub mod stream_marks;
 pub mod tls;
 pub mod topics;
 pub mod wake;

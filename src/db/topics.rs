@@ -28,6 +28,8 @@ struct TopicRow {
     maxlen: Option<i64>,
     #[diesel(sql_type = Nullable<Integer>)]
     partitions: Option<i32>,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    repair_below: Option<i64>,
 }
 
 /// What a publish batch must know of its topics.
@@ -39,6 +41,8 @@ pub struct TopicStates {
     pub maxlen: HashMap<String, u64>,
     /// Recorded partition counts (a topic with none recorded is not here).
     pub partitions: HashMap<String, u32>,
+    /// Topics whose lost events are being published again: only rows up to this `seq` go.
+    pub repair_below: HashMap<String, i64>,
 }
 
 /// Inside the publish transaction: takes the shared lock of each topic, then reads their
@@ -62,8 +66,10 @@ pub async fn lock_for_publish(
     // A new statement, so a new snapshot: it sees a pause that committed while we waited.
     let rows: Vec<TopicRow> = prepared(
         diesel::sql_query(
-            "SELECT topic, paused, maxlen, partitions FROM outbox_topics
-             WHERE topic = ANY($1) AND (paused OR maxlen IS NOT NULL OR partitions IS NOT NULL)",
+            "SELECT topic, paused, maxlen, partitions, repair_below FROM outbox_topics
+             WHERE topic = ANY($1)
+               AND (paused OR maxlen IS NOT NULL OR partitions IS NOT NULL
+                    OR repair_below IS NOT NULL)",
         )
         .bind::<Array<Text>, _>(topics),
     )
@@ -74,6 +80,9 @@ pub async fn lock_for_publish(
         if row.paused {
             states.paused.push(row.topic.clone());
         }
+        if let Some(below) = row.repair_below {
+            states.repair_below.insert(row.topic.clone(), below);
+        }
         if let Some(n) = row.partitions.and_then(|n| u32::try_from(n).ok()) {
             states.partitions.insert(row.topic.clone(), n);
         }
@@ -82,6 +91,48 @@ pub async fn lock_for_publish(
         }
     }
     Ok(states)
+}
+
+/// Holds back the topic's events after `seq` until every pending row up to it is published
+/// (a repair's lost events go first); a barrier already higher stays.
+pub async fn hold_after(
+    conn: &mut AsyncPgConnection,
+    topic: &str,
+    seq: i64,
+) -> Result<(), DbError> {
+    diesel::sql_query(
+        "INSERT INTO outbox_topics (topic, repair_below, updated_at) VALUES ($1, $2, now())
+         ON CONFLICT (topic) DO UPDATE
+           SET repair_below = GREATEST(outbox_topics.repair_below, EXCLUDED.repair_below),
+               updated_at = now()",
+    )
+    .bind::<Text, _>(topic)
+    .bind::<BigInt, _>(seq)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Lifts the barriers of topics none of whose rows up to it is pending any more; returns those
+/// topics.
+pub async fn release_repaired(conn: &mut AsyncPgConnection) -> Result<Vec<String>, DbError> {
+    #[derive(QueryableByName)]
+    struct Released {
+        #[diesel(sql_type = Text)]
+        topic: String,
+    }
+    let rows: Vec<Released> = diesel::sql_query(
+        "UPDATE outbox_topics t SET repair_below = NULL, updated_at = now()
+         WHERE t.repair_below IS NOT NULL
+           AND NOT EXISTS (
+               SELECT 1 FROM outbox o
+               WHERE o.topic = t.topic AND o.seq <= t.repair_below
+                 AND o.published_at IS NULL AND o.dead_at IS NULL)
+         RETURNING t.topic",
+    )
+    .load(conn)
+    .await?;
+    Ok(rows.into_iter().map(|r| r.topic).collect())
 }
 
 /// Sets (or clears, with `None`) a topic's stream trimming; the next batch uses it.

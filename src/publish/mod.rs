@@ -13,6 +13,8 @@ pub mod durability;
 pub mod groups;
 pub mod inspect;
 pub mod keys;
+pub mod lost;
+pub mod marks;
 pub mod script;
 
 use std::borrow::Cow;
@@ -31,6 +33,7 @@ use uuid::Uuid;
 pub use classify::{classify_error, classify_reply, Verdict};
 pub use connect::RedisConn;
 pub use durability::Durability;
+pub use marks::{EntryId, Marks};
 
 /// Upper bound of the entry bytes sent in one script call (a call blocks Redis while it runs).
 pub const CALL_BYTES: usize = 4 * 1024 * 1024;
@@ -123,6 +126,32 @@ pub enum PublishError {
     /// Redis is unreachable, too slow or not accepting writes: nobody's fault.
     #[error("redis unavailable: {0}")]
     Outage(String),
+    /// A stream holds less than the relay appended to it; nothing was appended.
+    #[error("{0}")]
+    Behind(Box<Behind>),
+}
+
+/// A stream whose last generated id is below its mark: entries the relay appended are gone.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error(
+    "stream {stream} of topic {topic} lost entries: it ends at {}, the relay appended up to {mark}",
+    last.map_or_else(|| "nothing (no stream)".to_string(), |l| l.to_string())
+)]
+pub struct Behind {
+    /// The topic.
+    pub topic: String,
+    /// The stream key.
+    pub stream: String,
+    /// Its partition, of `partitions`.
+    pub partition: u32,
+    /// The topic's partition count when it was published.
+    pub partitions: u32,
+    /// The last entry id the relay appended there.
+    pub mark: EntryId,
+    /// The stream's last generated id now (none: there is no stream).
+    pub last: Option<EntryId>,
+    /// Its oldest entry now.
+    pub first: Option<EntryId>,
 }
 
 /// Settings of the publisher.
@@ -160,6 +189,8 @@ struct ScriptCall<'a> {
     dedup: [String; 3],
     retired: Option<String>,
     ttl: u64,
+    /// The stream's mark, empty when unknown.
+    mark: String,
 }
 
 impl ScriptCall<'_> {
@@ -190,7 +221,8 @@ impl ScriptCall<'_> {
         cmd.arg(self.ttl)
             .arg(self.maxlen)
             .arg(self.sent.len())
-            .arg(self.topic);
+            .arg(self.topic)
+            .arg(self.mark.as_str());
         let mut uuid = Uuid::encode_buffer();
         let mut label = String::with_capacity(8);
         for (event, chain) in self.sent {
@@ -210,6 +242,26 @@ impl ScriptCall<'_> {
     }
 }
 
+/// The partition of `partitions` an event goes to: its key's
+/// ([`outbox_core::partition::for_key`]), so one key's events stay in order in one stream; an
+/// unkeyed event's by its (random) id.
+pub fn partition_of(key: Option<&str>, id: Uuid, partitions: u32) -> u32 {
+    if partitions <= 1 {
+        return 0;
+    }
+    match key {
+        Some(key) => partition::for_key(key, partitions),
+        None => (id.as_u128() % u128::from(partitions)) as u32,
+    }
+}
+
+/// One stream of a topic being published.
+struct Partition<'a> {
+    stream: &'a str,
+    index: u32,
+    of: u32,
+}
+
 /// Writes events into their streams. Cheap to clone: the connection is multiplexed.
 #[derive(Clone)]
 pub struct Publisher {
@@ -217,6 +269,8 @@ pub struct Publisher {
     config: PublisherConfig,
     /// Redis was last found unable to confirm writes as the settings ask: nothing is sent.
     refused: Arc<Mutex<Option<durability::Unsupported>>>,
+    /// How far each stream is known to reach.
+    marks: Marks,
 }
 
 impl Publisher {
@@ -232,6 +286,7 @@ impl Publisher {
             conn: conn.into(),
             config,
             refused: Arc::new(Mutex::new(unchecked)),
+            marks: Marks::default(),
         }
     }
 
@@ -248,6 +303,11 @@ impl Publisher {
     /// The settings in force.
     pub fn config(&self) -> &PublisherConfig {
         &self.config
+    }
+
+    /// How far each stream is known to reach (shared by every clone).
+    pub fn marks(&self) -> &Marks {
+        &self.marks
     }
 
     /// Publishes one topic's chains to its `partitions` streams; returns an outcome per event
@@ -306,15 +366,17 @@ impl Publisher {
     ) -> Result<Vec<(Uuid, Outcome)>, PublishError> {
         if partitions <= 1 {
             let stream = keys::stream_key(&self.config.stream_prefix, topic);
-            return self.publish_to(&stream, topic, chains, maxlen).await;
+            let at = Partition {
+                stream: &stream,
+                index: 0,
+                of: 1,
+            };
+            return self.publish_to(&at, topic, chains, maxlen).await;
         }
         let mut by_partition: BTreeMap<u32, Vec<Vec<StreamEvent>>> = BTreeMap::new();
         for chain in chains {
             let Some(first) = chain.first() else { continue };
-            let partition = match &first.key {
-                Some(key) => partition::for_key(key, partitions),
-                None => (first.id.as_u128() % u128::from(partitions)) as u32,
-            };
+            let partition = partition_of(first.key.as_deref(), first.id, partitions);
             by_partition
                 .entry(partition)
                 .or_default()
@@ -323,7 +385,12 @@ impl Publisher {
         let mut outcomes: HashMap<Uuid, Outcome> = HashMap::new();
         for (partition, chains) in by_partition {
             let stream = partition_key(&self.config.stream_prefix, topic, partition, partitions);
-            outcomes.extend(self.publish_to(&stream, topic, &chains, maxlen).await?);
+            let at = Partition {
+                stream: &stream,
+                index: partition,
+                of: partitions,
+            };
+            outcomes.extend(self.publish_to(&at, topic, &chains, maxlen).await?);
         }
         Ok(chains
             .iter()
@@ -342,7 +409,7 @@ impl Publisher {
     /// A chain that failed in one call is skipped in the next.
     async fn publish_to(
         &self,
-        stream: &str,
+        at: &Partition<'_>,
         topic: &str,
         chains: &[Vec<StreamEvent>],
         maxlen: Option<u64>,
@@ -382,7 +449,26 @@ impl Publisher {
             }
             if !call.is_empty() {
                 let sent: Vec<(&StreamEvent, usize)> = call.iter().map(|&i| items[i]).collect();
-                let replies = self.invoke(stream, topic, &sent, maxlen).await?;
+                let mark = self.marks.get(at.stream);
+                let replies = match self.invoke(at.stream, topic, &sent, maxlen, mark).await? {
+                    script::Reply::Done(replies, last) => {
+                        if let Some(last) = last {
+                            self.marks.reached(at.stream, last);
+                        }
+                        replies
+                    }
+                    script::Reply::Behind { last, first } => {
+                        return Err(PublishError::Behind(Box::new(Behind {
+                            topic: topic.to_string(),
+                            stream: at.stream.to_string(),
+                            partition: at.index,
+                            partitions: at.of,
+                            mark: mark.unwrap_or(EntryId { ms: 0, seq: 0 }),
+                            last,
+                            first,
+                        })))
+                    }
+                };
                 for (&i, outcome) in call.iter().zip(replies) {
                     if matches!(outcome, Outcome::Failed(_)) {
                         failed[items[i].1] = true;
@@ -407,7 +493,8 @@ impl Publisher {
         topic: &str,
         sent: &[(&StreamEvent, usize)],
         maxlen: u64,
-    ) -> Result<Vec<Outcome>, PublishError> {
+        mark: Option<EntryId>,
+    ) -> Result<script::Reply, PublishError> {
         let now = Utc::now().timestamp().max(0) as u64;
         let script_call = ScriptCall {
             stream,
@@ -417,6 +504,7 @@ impl Publisher {
             dedup: keys::dedup_keys(stream, self.config.dedup_window, now),
             retired: keys::retired_dedup_key(stream, self.config.dedup_window, now),
             ttl: keys::dedup_ttl_secs(self.config.dedup_window),
+            mark: mark.map(|m| m.to_string()).unwrap_or_default(),
         };
         let cmd = script_call.command(Verb::EvalSha);
         let mut conn = self.conn.clone();
@@ -450,7 +538,7 @@ impl Publisher {
                 // event of each chain, skip the rest (their turn comes after it).
                 Verdict::EventFault => {
                     let mut charged: HashSet<usize> = HashSet::new();
-                    return Ok(sent
+                    let outcomes = sent
                         .iter()
                         .map(|(_, chain)| {
                             if charged.insert(*chain) {
@@ -459,7 +547,8 @@ impl Publisher {
                                 Outcome::Skipped
                             }
                         })
-                        .collect());
+                        .collect();
+                    return Ok(script::Reply::Done(outcomes, None));
                 }
             },
             Ok(Ok(replies)) => replies,

@@ -12,26 +12,48 @@
 
 use std::sync::LazyLock;
 
+use super::marks::EntryId;
 use super::{classify_reply, Outcome, PublishError, Verdict};
 
 /// KEYS: stream, current dedup set, previous dedup set, next dedup set, and when there is
 /// one, the retired set two buckets back (unlinked at the end: freed in the background).
-/// ARGV: ttl, maxlen (0 = none), n, topic, then per event [`PER_EVENT`] values: id (16
+/// ARGV: ttl, maxlen (0 = none), n, topic, the stream's mark (the last entry id the relay
+/// appended there, empty when unknown), then per event [`PER_EVENT`] values: id (16
 /// bytes, the dedup member), chain (`k<n>` for a keyed chain, `u<n>` for an unkeyed event),
 /// then the `id`, `payload`, `headers`, `created_at` and `key` field values (`key` is ignored
 /// for an unkeyed chain).
 /// Returns a status string with one letter per event (`p` published, `d` duplicate, `s`
-/// skipped, `e` failed), then the message of each failure in order: the entry ids are not
-/// needed, and a letter is cheaper to build, send and read than a string per event.
+/// skipped, `e` failed), the id of the last entry appended (empty if none), then the message
+/// of each failure in order: a letter is cheaper to build, send and read than a string per
+/// event. When the stream's last generated id is below the mark (entries the relay wrote are
+/// gone) it appends nothing and returns `L`, that id and the first entry's id (each empty
+/// when there is no stream).
 pub const SOURCE: &str = r#"
 local stream, cur, prev, nxt = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local ttl = tonumber(ARGV[1])
 local maxlen = tonumber(ARGV[2])
 local n = tonumber(ARGV[3])
 local topic = ARGV[4]
+local mark = ARGV[5]
 local PER = 7
+local BASE = 6
+if mark ~= '' then
+  local last, first = '', ''
+  if redis.call('EXISTS', stream) == 1 then
+    local info = redis.call('XINFO', 'STREAM', stream)
+    for i = 1, #info, 2 do
+      if info[i] == 'last-generated-id' then last = info[i + 1] end
+      if info[i] == 'first-entry' and type(info[i + 1]) == 'table' then first = info[i + 1][1] end
+    end
+  end
+  local mms, mseq = string.match(mark, '^(%d+)-(%d+)$')
+  local lms, lseq = string.match(last, '^(%d+)-(%d+)$')
+  mms, mseq = tonumber(mms), tonumber(mseq)
+  lms, lseq = tonumber(lms or '0'), tonumber(lseq or '0')
+  if lms < mms or (lms == mms and lseq < mseq) then return {'L', last, first} end
+end
 local ids = {}
-for e = 1, n do ids[e] = ARGV[5 + (e - 1) * PER] end
+for e = 1, n do ids[e] = ARGV[BASE + (e - 1) * PER] end
 -- One membership query per dedup set for the whole batch, in chunks (unpack's stack limit);
 -- the previous and next windows' sets are often absent, and then cost nothing.
 local seen = {}
@@ -67,8 +89,9 @@ local status = {}
 local errors = {}
 local failed = {}
 local added = {}
+local lastid = ''
 for e = 1, n do
-  local s = 5 + (e - 1) * PER
+  local s = BASE + (e - 1) * PER
   local chain = ARGV[s + 1]
   if failed[chain] then
     status[e] = 's'
@@ -82,6 +105,7 @@ for e = 1, n do
       failed[chain] = true
     else
       added[#added + 1] = ids[e]
+      lastid = r
       status[e] = 'p'
     end
   end
@@ -97,8 +121,8 @@ end
 -- Last, so it is never the write that lets the XADDs past a full Redis (a script's first
 -- write decides whether it is refused for memory; UNLINK is never refused, it frees).
 if KEYS[5] then redis.call('UNLINK', KEYS[5]) end
-local out = {table.concat(status)}
-for k = 1, #errors do out[k + 1] = errors[k] end
+local out = {table.concat(status), lastid}
+for k = 1, #errors do out[k + 2] = errors[k] end
 return out
 "#;
 
@@ -109,11 +133,40 @@ pub const PER_EVENT: usize = 7;
 /// EVAL, which caches it on the node that ran it.
 pub static PUBLISH: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(SOURCE));
 
-/// Reads the script's reply into one outcome per event (`sent` events were in the call).
-pub fn parse_reply(reply: &[String], sent: usize) -> Result<Vec<Outcome>, PublishError> {
+/// What one script call did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reply {
+    /// One outcome per event, and the last entry appended (if any).
+    Done(Vec<Outcome>, Option<EntryId>),
+    /// The stream is behind its mark: nothing appended. Its last generated id and its first
+    /// entry's id, when it exists.
+    Behind {
+        /// The stream's last generated id.
+        last: Option<EntryId>,
+        /// Its oldest entry.
+        first: Option<EntryId>,
+    },
+}
+
+/// Reads the script's reply (`sent` events were in the call).
+pub fn parse_reply(reply: &[String], sent: usize) -> Result<Reply, PublishError> {
     let unexpected = || PublishError::Outage(format!("unexpected script reply {reply:?}"));
-    let (status, mut errors) = match reply.split_first() {
-        Some((status, errors)) if status.len() == sent => (status, errors.iter()),
+    let id = |text: &String| -> Result<Option<EntryId>, PublishError> {
+        if text.is_empty() {
+            return Ok(None);
+        }
+        text.parse().map(Some).map_err(|_| unexpected())
+    };
+    if let [status, last, first] = reply {
+        if status == "L" {
+            return Ok(Reply::Behind {
+                last: id(last)?,
+                first: id(first)?,
+            });
+        }
+    }
+    let (status, last, mut errors) = match reply {
+        [status, last, errors @ ..] if status.len() == sent => (status, last, errors.iter()),
         _ => return Err(unexpected()),
     };
     let mut outcomes = Vec::with_capacity(sent);
@@ -135,7 +188,7 @@ pub fn parse_reply(reply: &[String], sent: usize) -> Result<Vec<Outcome>, Publis
     if errors.next().is_some() {
         return Err(unexpected());
     }
-    Ok(outcomes)
+    Ok(Reply::Done(outcomes, id(last)?))
 }
 
 #[cfg(test)]
@@ -148,8 +201,15 @@ mod tests {
 
     #[test]
     fn a_reply_gives_one_outcome_per_event_with_failures_in_order() {
-        let outcomes = parse_reply(&reply(&["pdeps", "WRONGTYPE Operation against a key"]), 5)
-            .expect("parsed");
+        let parsed = parse_reply(
+            &reply(&["pdeps", "7-1", "WRONGTYPE Operation against a key"]),
+            5,
+        )
+        .expect("parsed");
+        let Reply::Done(outcomes, last) = parsed else {
+            panic!("{parsed:?}")
+        };
+        assert_eq!(last, Some(EntryId { ms: 7, seq: 1 }));
         assert_eq!(
             outcomes,
             vec![
@@ -163,12 +223,32 @@ mod tests {
     }
 
     #[test]
+    fn a_stream_behind_its_mark_is_reported_with_its_ids() {
+        assert_eq!(
+            parse_reply(&reply(&["L", "5-2", "1-0"]), 3).expect("parsed"),
+            Reply::Behind {
+                last: Some(EntryId { ms: 5, seq: 2 }),
+                first: Some(EntryId { ms: 1, seq: 0 })
+            }
+        );
+        assert_eq!(
+            parse_reply(&reply(&["L", "", ""]), 1).expect("parsed"),
+            Reply::Behind {
+                last: None,
+                first: None
+            }
+        );
+    }
+
+    #[test]
     fn a_reply_that_does_not_match_the_call_is_an_outage_not_a_verdict() {
         for (parts, sent) in [
-            (vec!["pp"], 3),
-            (vec!["pe"], 2),
-            (vec!["pp", "extra"], 2),
-            (vec!["px"], 2),
+            (vec!["pp", ""], 3),
+            (vec!["pe", "1-0"], 2),
+            (vec!["pp", "1-0", "extra"], 2),
+            (vec!["px", ""], 2),
+            (vec!["pp", "nope"], 2),
+            (vec!["pp"], 2),
             (vec![], 0),
         ] {
             assert!(

@@ -23,11 +23,13 @@ pub enum ActorName {
     Groups,
     /// Pings Postgres and Redis for `/readyz`.
     Readiness,
+    /// Saves how far each stream reached (`outbox_stream_marks`).
+    Marks,
 }
 
 impl ActorName {
     /// Every actor kind, for counters that must exist from the first scrape.
-    pub const ALL: [ActorName; 9] = [
+    pub const ALL: [ActorName; 10] = [
         ActorName::Claimer,
         ActorName::Dispatcher,
         ActorName::RetryScheduler,
@@ -37,6 +39,7 @@ impl ActorName {
         ActorName::Backlog,
         ActorName::Groups,
         ActorName::Readiness,
+        ActorName::Marks,
     ];
 
     /// The name in logs and in the `actor` label.
@@ -51,6 +54,7 @@ impl ActorName {
             ActorName::Backlog => "backlog",
             ActorName::Groups => "groups",
             ActorName::Readiness => "readiness",
+            ActorName::Marks => "marks",
         }
     }
 }

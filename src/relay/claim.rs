@@ -91,7 +91,7 @@ pub async fn claim_chains(
     // runs only stay locked, unpublished, until this transaction ends (`assemble` drops
     // followers whose head is gone).
     let shared: &diesel_async::AsyncPgConnection = c;
-    let (states, followers) = futures::try_join!(
+    let (states, mut followers) = futures::try_join!(
         topics::lock_for_publish(shared, &topic_names),
         outbox::claim_runs(shared, &keyed, per_key, run_limits),
     )?;
@@ -99,6 +99,16 @@ pub async fn claim_chains(
     if !paused.is_empty() {
         heads.retain(|h| !paused.contains(&h.topic));
         deferred += head_count - heads.len();
+    }
+    // A topic being repaired: its newer events wait behind the lost ones (heads were
+    // filtered in their own statement; a barrier set since, and runs, are filtered here).
+    let barrier = &states.repair_below;
+    if !barrier.is_empty() {
+        let beyond = |r: &ClaimedRow| barrier.get(&r.topic).is_some_and(|b| r.seq > *b);
+        let before = heads.len();
+        heads.retain(|h| !beyond(h));
+        deferred += before - heads.len();
+        followers.retain(|f| !beyond(f));
     }
     Ok(Claim {
         chains: ordering::assemble(heads, followers),

@@ -26,7 +26,8 @@ use super::messages::{Publish, TopicOutage};
 use super::supervision::{catching, Panicked};
 use crate::config::GroupSpec;
 use crate::db::{topics, Db};
-use crate::publish::{keys, Outcome, PublishError, Publisher};
+use crate::publish::{keys, Behind, Outcome, PublishError, Publisher};
+use crate::relay::repair::{self, RepairSettings};
 use outbox_core::backoff;
 
 /// Publishes one topic.
@@ -43,6 +44,8 @@ pub struct Dispatcher {
     /// The partition count whose streams have the declared groups and whose count is in the
     /// `<prefix>partitions` hash (made by this dispatcher or found there).
     ready_for: Option<u32>,
+    /// What repairing a stream that lost entries needs.
+    repair: RepairSettings,
 }
 
 /// A topic's publishes failing in a row.
@@ -164,20 +167,30 @@ impl Handler<Publish> for Dispatcher {
         let partitions = msg.partitions;
         self.partitions = partitions;
         let groups = (self.ready_for != Some(partitions)).then(|| self.groups.clone());
+        let (db, repair) = (self.db.clone(), self.repair);
         let publish = async move {
             if let Some(groups) = &groups {
                 prepare(&publisher, &topic, groups, partitions).await?;
             }
-            publisher
+            match publisher
                 .publish(&topic, &msg.chains, msg.maxlen, partitions)
                 .await
+            {
+                Err(PublishError::Behind(behind)) => {
+                    Err(repaired(&publisher, &db, &behind, repair).await)
+                }
+                other => other,
+            }
         };
         Box::pin(
             catching(ActorName::Dispatcher, publish)
                 .into_actor(self)
                 .map(move |result, act, ctx| {
-                    if matches!(result, Ok(Ok(_))) {
-                        act.ready_for = Some(partitions);
+                    match &result {
+                        Ok(Ok(_)) => act.ready_for = Some(partitions),
+                        // Its streams may have lost their groups too.
+                        Ok(Err(_)) => act.ready_for = None,
+                        Err(_) => {}
                     }
                     let result = result.unwrap_or_else(|Panicked| {
                         // Restarted by its supervisor; the topic's events wait as after an
@@ -191,6 +204,27 @@ impl Handler<Publish> for Dispatcher {
                     act.ended(result)
                 }),
         )
+    }
+}
+
+/// After the publish found a stream behind what the relay appended: repairs it, and fails the
+/// batch as an outage, so it rolls back and the lost events, now pending again with lower
+/// `seq`, are claimed before it.
+async fn repaired(
+    publisher: &Publisher,
+    db: &Db,
+    behind: &Behind,
+    settings: RepairSettings,
+) -> PublishError {
+    match repair::repair(publisher, db, behind, settings).await {
+        Ok(repaired) => {
+            crate::telemetry::redis_lost(behind, &repaired);
+            PublishError::Outage(format!(
+                "{behind}; {} events queued to be published again",
+                repaired.requeued
+            ))
+        }
+        Err(e) => PublishError::Outage(format!("{behind}; repair failed, retried: {e}")),
     }
 }
 
@@ -220,6 +254,7 @@ pub struct Dispatchers {
     /// Configured partition counts (a topic not here has one).
     partitions: Arc<HashMap<String, u32>>,
     by_topic: Arc<Mutex<HashMap<String, Addr<Dispatcher>>>>,
+    repair: RepairSettings,
 }
 
 impl Dispatchers {
@@ -230,6 +265,7 @@ impl Dispatchers {
         db: Db,
         groups: &[GroupSpec],
         partitions: HashMap<String, u32>,
+        repair: RepairSettings,
     ) -> Self {
         let mut by_topic: HashMap<String, Vec<GroupSpec>> = HashMap::new();
         for group in groups {
@@ -249,6 +285,7 @@ impl Dispatchers {
             ),
             partitions: Arc::new(partitions),
             by_topic: Arc::new(Mutex::new(HashMap::new())),
+            repair,
         }
     }
 
@@ -301,6 +338,7 @@ impl Dispatchers {
                 .unwrap_or_else(|| Arc::new([])),
             partitions: self.configured_partitions(topic),
             ready_for: None,
+            repair: self.repair,
         };
         Supervisor::start(move |_| dispatcher)
     }

@@ -22,12 +22,14 @@ pub mod groups;
 pub mod health;
 pub mod heartbeat;
 pub mod listener;
+pub mod marks;
 pub mod messages;
 pub mod ordering;
 pub mod overlap;
 pub mod periodic;
 pub mod quiet;
 pub mod readiness;
+pub mod repair;
 pub mod retry;
 pub mod settle;
 pub mod sizing;
@@ -124,6 +126,10 @@ fn start_claiming(
             wiring.db.clone(),
             &settings.groups,
             settings.configured_partitions(),
+            repair::RepairSettings {
+                kept_for: settings.retention.published_for,
+                lease: settings.relay.lease,
+            },
         ),
         retry: settings.retry.clone(),
         limits: crate::db::outbox::BatchLimits {
@@ -194,6 +200,14 @@ fn start_periodic(wiring: &Wiring<'_>, heartbeat: Heartbeat, watched: &mut Watch
             db: wiring.db.clone(),
             interval: Duration::from_secs(5),
             health: wiring.health.clone(),
+        },
+        watched,
+    );
+    periodic(
+        marks::MarksKeeper {
+            db: wiring.db.clone(),
+            publisher: wiring.publisher.clone(),
+            loaded: Arc::default(),
         },
         watched,
     );

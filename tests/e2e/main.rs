@@ -49,6 +49,7 @@ mod fleet;
 mod groups;
 mod inbox_batches;
 mod lease;
+mod loss;
 mod ordering;
 mod outage;
 mod partitions;

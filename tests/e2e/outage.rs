@@ -1,5 +1,6 @@
 //! A Redis outage (our own redis-server, stopped and restarted): no attempt burnt, nothing
-//! dead, /readyz 503 during it and 200 after, delivery resumes by itself.
+//! dead, /readyz 503 during it and 200 after, delivery resumes by itself; what the restarted
+//! server lost is noticed and published again, ahead of newer events.
 
 use std::time::Duration;
 
@@ -26,7 +27,12 @@ async fn redis_outage_burns_no_attempts_and_recovers() {
         "alive while not ready"
     );
     let failed = relay.outage_cycles();
-    insert_events(&db, 300, 2, 10).await;
+    db.exec(
+        "INSERT INTO outbox (topic, payload, partition_key)
+         SELECT 't' || (i % 2), jsonb_build_object('n', i), 'k' || (i % 10)
+         FROM generate_series(1001, 1300) AS i ORDER BY i",
+    )
+    .await;
     // Only a cycle that claimed the new events can fail (an empty claim never reaches Redis):
     // two of them, the second after the claim loop's backoff, have rolled back.
     relay
@@ -43,8 +49,44 @@ async fn redis_outage_burns_no_attempts_and_recovers() {
     server.restart();
     relay.wait_ready(Duration::from_secs(30)).await;
     db.wait_until_published(Duration::from_secs(30)).await;
-    // The restarted server kept nothing: its streams hold exactly the 300 written after.
-    assert_eq!(redis.xlen("t0").await + redis.xlen("t1").await, 300);
+    // The restarted server kept nothing (no persistence): the relay noticed before its next
+    // publish and published the 200 lost events again, each once, before the 300 newer ones.
+    assert_eq!(assert_exactly_once(&redis, 2).await, 500);
+    for topic in ["t0", "t1"] {
+        let order: Vec<i64> = redis
+            .entries(topic)
+            .await
+            .iter()
+            .map(|e| {
+                let payload: serde_json::Value = serde_json::from_str(&e["payload"]).expect("json");
+                payload["n"].as_i64().expect("n")
+            })
+            .collect();
+        let first_new = order.iter().position(|n| *n > 1000).expect("new events");
+        assert!(
+            order[first_new..].iter().all(|n| *n > 1000) && first_new == 100,
+            "{topic}: the lost events first, then the newer ones: {order:?}"
+        );
+        assert_eq!(
+            relay.http().metric(&format!(
+                "outbox_redis_lost_entries_total{{topic=\"{topic}\"}}"
+            )),
+            Some(100.0)
+        );
+    }
+    assert_eq!(
+        db.scalar("SELECT count(*) FROM outbox_audit WHERE action = 'redis-loss'")
+            .await,
+        2,
+        "each stream's loss is in the audit log"
+    );
+    let log = relay.log();
+    assert_eq!(
+        log.matches("redis lost entries the relay had appended")
+            .count(),
+        2,
+        "one line per stream: {log}"
+    );
     assert_eq!(
         db.scalar("SELECT count(*) FROM outbox WHERE attempts > 0 OR dead_at IS NOT NULL")
             .await,

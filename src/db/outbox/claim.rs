@@ -162,14 +162,16 @@ pub enum HeadScan {
 }
 
 /// Locks up to `limits` of claimable heads among the rows `scan` names; see [`HeadScan`].
-/// Claimable: pending, due, topic not paused, and no earlier pending event of the same key.
+/// Claimable: pending, due, topic not paused (nor behind its repair barrier, see
+/// `relay::repair`), and no earlier pending event of the same key.
 pub async fn claim_heads(
     conn: &mut AsyncPgConnection,
     limits: BatchLimits,
     scan: HeadScan,
 ) -> Result<Vec<ClaimedRow>, DbError> {
     const FILTER: &str = "o.published_at IS NULL AND o.dead_at IS NULL AND o.available_at <= now()
-           AND NOT EXISTS (SELECT 1 FROM outbox_topics t WHERE t.topic = o.topic AND t.paused)";
+           AND NOT EXISTS (SELECT 1 FROM outbox_topics t
+                       WHERE t.topic = o.topic AND (t.paused OR o.seq > t.repair_below))";
     let (sql, window) = match scan {
         // The window is the oldest pending rows, so a key's first row in it is the key's
         // first pending row: heads come from the window alone, with no probe per row. (The
@@ -234,7 +236,7 @@ pub async fn claim_heads(
 }
 
 /// True when the oldest `window` pending rows hold an event that is not due yet or whose
-/// topic is paused: the cases where nothing in the window may be claimable for a while,
+/// topic is paused (or waits behind its repair barrier): the cases where nothing in the window may be claimable for a while,
 /// so the claimer must look past it.
 pub async fn window_has_waiting(
     conn: &mut AsyncPgConnection,
@@ -254,7 +256,8 @@ pub async fn window_has_waiting(
                  ORDER BY seq LIMIT $1) w
              JOIN outbox o ON o.seq = w.seq AND o.published_at IS NULL AND o.dead_at IS NULL
              WHERE o.available_at > now()
-                OR EXISTS (SELECT 1 FROM outbox_topics t WHERE t.topic = o.topic AND t.paused)
+                OR EXISTS (SELECT 1 FROM outbox_topics t
+                           WHERE t.topic = o.topic AND (t.paused OR o.seq > t.repair_below))
          ) AS waiting",
         )
         .bind::<BigInt, _>(window),

@@ -8,6 +8,7 @@
 
 mod backlog;
 mod claim;
+pub mod republish;
 mod retention;
 mod settle;
 

@@ -1,7 +1,9 @@
 //! A TCP proxy the test holds: the relay connects through it to a Redis the test can swap (a
-//! failover without Sentinel: the old master's clients land on the promoted replica).
+//! failover without Sentinel: the old master's clients land on the promoted replica), and a
+//! replica replicates through one the test can hold back (its link cut and refused: it lags
+//! behind its master for real, not only in a stopped process's socket buffers).
 
-use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
 use std::sync::Arc;
 
 use tokio::net::{TcpListener, TcpStream};
@@ -11,6 +13,8 @@ use tokio::sync::watch;
 pub struct Proxy {
     pub port: u16,
     upstream: Arc<AtomicU16>,
+    /// While set, connections are cut and new ones refused.
+    held: Arc<AtomicBool>,
     /// Bumped on a switch: connections to the old upstream close.
     generation: watch::Sender<u64>,
     accept: tokio::task::JoinHandle<()>,
@@ -23,9 +27,14 @@ impl Proxy {
         let port = listener.local_addr().expect("addr").port();
         let upstream = Arc::new(AtomicU16::new(upstream));
         let (generation, _) = watch::channel(0u64);
-        let (to, gen) = (upstream.clone(), generation.clone());
+        let held = Arc::new(AtomicBool::new(false));
+        let (to, gen, holding) = (upstream.clone(), generation.clone(), held.clone());
         let accept = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
+                if holding.load(Ordering::SeqCst) {
+                    drop(client);
+                    continue;
+                }
                 let target = to.load(Ordering::SeqCst);
                 let mut changed = gen.subscribe();
                 tokio::spawn(async move {
@@ -43,6 +52,7 @@ impl Proxy {
         Proxy {
             port,
             upstream,
+            held,
             generation,
             accept,
         }
@@ -57,6 +67,17 @@ impl Proxy {
     pub fn switch(&self, upstream: u16) {
         self.upstream.store(upstream, Ordering::SeqCst);
         self.generation.send_modify(|g| *g += 1);
+    }
+
+    /// Cuts every connection and refuses new ones until [`Proxy::release`].
+    pub fn hold(&self) {
+        self.held.store(true, Ordering::SeqCst);
+        self.generation.send_modify(|g| *g += 1);
+    }
+
+    /// Lets connections through again.
+    pub fn release(&self) {
+        self.held.store(false, Ordering::SeqCst);
     }
 }
 

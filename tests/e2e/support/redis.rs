@@ -181,7 +181,12 @@ impl OwnRedis {
 
     /// A replica of `master` (same binary), in sync before it returns.
     pub fn replica_of(master: &OwnRedis) -> OwnRedis {
-        let port = master.port.to_string();
+        OwnRedis::replica_through(master, master.port)
+    }
+
+    /// A replica of `master` that reaches it at `port` (a [`super::Proxy`] in front of it).
+    pub fn replica_through(master: &OwnRedis, port: u16) -> OwnRedis {
+        let port = port.to_string();
         let replica = OwnRedis::start_with(
             &master.binary,
             &[

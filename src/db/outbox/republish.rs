@@ -1,0 +1,90 @@
+//! Publishing published rows again: the rows a stream lost (`relay::repair`) go back to
+//! pending, and the claim loop publishes them again, ahead of the topic's newer events (a
+//! lower `seq` is claimed first, and a key's later events wait behind it).
+
+use chrono::{DateTime, Utc};
+use diesel::sql_types::{Array, BigInt, Nullable, Text, Timestamptz};
+use diesel::QueryableByName;
+use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
+use uuid::Uuid;
+
+use crate::db::{audit, stream_marks, topics, DbError};
+use crate::publish::EntryId;
+
+/// A published row, as a repair needs it.
+#[derive(Debug, Clone, QueryableByName)]
+pub struct PublishedRow {
+    /// The event id.
+    #[diesel(sql_type = diesel::sql_types::Uuid)]
+    pub id: Uuid,
+    /// Its partition key (which partition's stream it went to).
+    #[diesel(sql_type = Nullable<Text>)]
+    pub partition_key: Option<String>,
+    /// Insertion order.
+    #[diesel(sql_type = BigInt)]
+    pub seq: i64,
+}
+
+/// The topic's rows marked published at or after `since` (all kept ones without it), in
+/// insertion order.
+pub async fn published_since(
+    conn: &mut AsyncPgConnection,
+    topic: &str,
+    since: Option<DateTime<Utc>>,
+) -> Result<Vec<PublishedRow>, DbError> {
+    Ok(diesel::sql_query(
+        "SELECT id, partition_key, seq FROM outbox
+         WHERE topic = $1 AND published_at IS NOT NULL
+           AND ($2::timestamptz IS NULL OR published_at >= $2)
+         ORDER BY seq",
+    )
+    .bind::<Text, _>(topic)
+    .bind::<Nullable<Timestamptz>, _>(since)
+    .load(conn)
+    .await?)
+}
+
+/// Puts published rows back to pending (no attempt counted); returns how many.
+pub async fn unpublish(conn: &mut AsyncPgConnection, ids: &[Uuid]) -> Result<usize, DbError> {
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    Ok(diesel::sql_query(
+        "UPDATE outbox SET published_at = NULL, available_at = now()
+         WHERE id = ANY($1) AND published_at IS NOT NULL",
+    )
+    .bind::<Array<diesel::sql_types::Uuid>, _>(ids)
+    .execute(conn)
+    .await?)
+}
+
+/// In one transaction: puts the events a stream lost back to pending (`lost`, in `seq`
+/// order), holds the topic's newer events behind the last of them, sets the stream's mark to
+/// where it now ends, and records the loss in the audit log (the UI's banner reads it).
+pub async fn requeue_lost(
+    conn: &mut AsyncPgConnection,
+    topic: &str,
+    stream: &str,
+    ends_at: Option<EntryId>,
+    lost: &[PublishedRow],
+    detail: &serde_json::Value,
+) -> Result<usize, DbError> {
+    let ids: Vec<Uuid> = lost.iter().map(|r| r.id).collect();
+    let ids = ids.as_slice();
+    let barrier = lost.iter().map(|r| r.seq).max();
+    conn.transaction::<_, DbError, _>(async |c| {
+        let requeued = unpublish(c, ids).await?;
+        if let Some(last) = barrier {
+            topics::hold_after(c, topic, last).await?;
+        }
+        stream_marks::reset(c, stream, ends_at).await?;
+        audit::record(c, LOSS_WHO, LOSS_ACTION, topic, detail).await?;
+        Ok(requeued)
+    })
+    .await
+}
+
+/// The audit log's `who` of a loss the relay noticed.
+pub const LOSS_WHO: &str = "relay";
+/// The audit log's `action` of a loss the relay noticed.
+pub const LOSS_ACTION: &str = "redis-loss";

@@ -1,0 +1,147 @@
+//! Redis losing entries the relay appended, noticed before the topic's next publish and
+//! repaired from the rows retention keeps: a restart from an older RDB snapshot, and a
+//! failover to a replica that lagged behind while the relay did not wait for it. Each lost
+//! event is published again once, in its order, before the topic's newer events.
+
+use std::time::Duration;
+
+use crate::support::*;
+
+/// Inserts events `from..=to` (payload `n`) on topics t0, t1 and ten keys.
+async fn produce(db: &TestDb, from: i64, to: i64) {
+    db.exec(&format!(
+        "INSERT INTO outbox (topic, payload, partition_key)
+         SELECT 't' || (i % 2), jsonb_build_object('n', i), 'k' || (i % 10)
+         FROM generate_series({from}, {to}) AS i ORDER BY i"
+    ))
+    .await;
+}
+
+/// The payload `n` of each entry of `topic`, in stream order.
+async fn order(redis: &TestRedis, topic: &str) -> Vec<i64> {
+    redis
+        .entries(topic)
+        .await
+        .iter()
+        .map(|e| {
+            let payload: serde_json::Value = serde_json::from_str(&e["payload"]).expect("json");
+            payload["n"].as_i64().expect("n")
+        })
+        .collect()
+}
+
+/// Every event of `lost` (a range of `n`) comes before every event of `newer` in each topic.
+async fn assert_lost_before_newer(redis: &TestRedis, lost: (i64, i64), newer: (i64, i64)) {
+    for topic in ["t0", "t1"] {
+        let order = order(redis, topic).await;
+        let last_lost = order
+            .iter()
+            .rposition(|n| (lost.0..=lost.1).contains(n))
+            .expect("lost events published again");
+        let first_newer = order
+            .iter()
+            .position(|n| (newer.0..=newer.1).contains(n))
+            .expect("newer events");
+        assert!(
+            last_lost < first_newer,
+            "{topic}: lost events first, then newer ones: {order:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_restart_from_an_older_snapshot_is_noticed_and_repaired() {
+    let db = TestDb::new().await;
+    let mut server = OwnRedis::start();
+    let redis = TestRedis::on(&server.url());
+    let relay = RelayProc::spawn("snapshot", &base_env(&db, &redis));
+    relay.wait_ready(Duration::from_secs(20)).await;
+    produce(&db, 1, 200).await;
+    db.wait_until_published(Duration::from_secs(30)).await;
+    let _: () = server.query(&redis::cmd("SAVE"));
+    produce(&db, 1001, 1300).await;
+    db.wait_until_published(Duration::from_secs(30)).await;
+
+    // Redis dies and comes back from the snapshot: the 300 later entries are gone, and
+    // Postgres says they were published.
+    server.signal("-KILL");
+    server.stop();
+    server.restart();
+    assert_eq!(redis.xlen("t0").await + redis.xlen("t1").await, 200);
+
+    produce(&db, 2001, 2100).await;
+    db.wait_until_published(Duration::from_secs(30)).await;
+    assert_eq!(
+        assert_exactly_once(&redis, 2).await,
+        600,
+        "every event once, each key in order"
+    );
+    assert_lost_before_newer(&redis, (1001, 1300), (2001, 2100)).await;
+    let lost: f64 = ["t0", "t1"]
+        .iter()
+        .filter_map(|t| {
+            relay
+                .http()
+                .metric(&format!("outbox_redis_lost_entries_total{{topic=\"{t}\"}}"))
+        })
+        .sum();
+    assert_eq!(lost, 300.0, "outbox_redis_lost_entries_total counts them");
+    let log = relay.log();
+    assert_eq!(
+        log.matches("redis lost entries the relay had appended")
+            .count(),
+        2,
+        "one line per stream: {log}"
+    );
+    assert!(
+        log.contains("ends_at") && log.contains("appended_up_to") && log.contains(&redis.prefix),
+        "the line names the stream and its ids: {log}"
+    );
+    assert_eq!(
+        db.scalar("SELECT count(*) FROM outbox WHERE attempts > 0")
+            .await,
+        0,
+        "a repair spends no attempt"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failover_to_a_lagging_replica_without_waiting_is_repaired() {
+    let db = TestDb::new().await;
+    let mut master = OwnRedis::start();
+    let link = Proxy::start(master.port).await;
+    let replica = OwnRedis::replica_through(&master, link.port);
+    let proxy = Proxy::start(master.port).await;
+    let redis = TestRedis::on(&proxy.url());
+    let relay = RelayProc::spawn("nowait", &base_env(&db, &redis));
+    relay.wait_ready(Duration::from_secs(20)).await;
+    produce(&db, 1, 200).await;
+    db.wait_until_published(Duration::from_secs(30)).await;
+
+    // The replica lags (its link cut); the relay does not wait for it, so it marks the 300
+    // published.
+    link.hold();
+    produce(&db, 1001, 1300).await;
+    db.wait_until_published(Duration::from_secs(30)).await;
+
+    master.signal("-KILL");
+    master.stop();
+    let _: () = replica.query(redis::cmd("REPLICAOF").arg("NO").arg("ONE"));
+    proxy.switch(replica.port);
+
+    produce(&db, 2001, 2100).await;
+    db.wait_until_published(Duration::from_secs(60)).await;
+    let direct = TestRedis {
+        url: replica.url(),
+        prefix: redis.prefix.clone(),
+        cluster: false,
+    };
+    assert_eq!(assert_exactly_once(&direct, 2).await, 600);
+    assert_lost_before_newer(&direct, (1001, 1300), (2001, 2100)).await;
+    assert_eq!(
+        db.scalar("SELECT count(*) FROM outbox_audit WHERE action = 'redis-loss'")
+            .await,
+        2,
+        "each stream's loss is in the audit log"
+    );
+}
