@@ -69,3 +69,20 @@ pub async fn list(
     .load(conn)
     .await?)
 }
+
+/// Entries of `action` newer than `hours`, newest first (at most 20): what a banner shows.
+pub async fn recent(
+    conn: &mut AsyncPgConnection,
+    action: &str,
+    hours: i64,
+) -> Result<Vec<AuditRow>, DbError> {
+    Ok(diesel::sql_query(
+        "SELECT id, at, who, action, target, detail FROM outbox_audit
+         WHERE action = $1 AND at > now() - $2 * interval '1 hour'
+         ORDER BY id DESC LIMIT 20",
+    )
+    .bind::<Text, _>(action)
+    .bind::<BigInt, _>(hours)
+    .load(conn)
+    .await?)
+}

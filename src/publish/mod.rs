@@ -329,12 +329,20 @@ impl Publisher {
             // Entries written now could never be confirmed: none is sent.
             return Err(PublishError::Outage(refused.to_string()));
         }
-        let outcomes = self.append(topic, chains, maxlen, partitions).await?;
+        let mut reached = Vec::new();
+        let outcomes = self
+            .append(topic, chains, maxlen, partitions, &mut reached)
+            .await?;
         let written = outcomes
             .iter()
             .any(|(_, o)| matches!(o, Outcome::Published | Outcome::Duplicate));
         if written {
             durability::confirm(&self.conn, self.config.durability, self.config.timeout).await?;
+        }
+        // Only confirmed entries count: a stream that lost unconfirmed ones lost nothing
+        // marked published.
+        for (stream, id) in reached {
+            self.marks.reached(&stream, id);
         }
         Ok(outcomes)
     }
@@ -356,13 +364,15 @@ impl Publisher {
             .clone()
     }
 
-    /// [`Publisher::publish`] without the wait.
+    /// [`Publisher::publish`] without the wait; the last entry appended to each stream goes to
+    /// `reached`.
     async fn append(
         &self,
         topic: &str,
         chains: &[Vec<StreamEvent>],
         maxlen: Option<u64>,
         partitions: u32,
+        reached: &mut Vec<(String, EntryId)>,
     ) -> Result<Vec<(Uuid, Outcome)>, PublishError> {
         if partitions <= 1 {
             let stream = keys::stream_key(&self.config.stream_prefix, topic);
@@ -371,7 +381,7 @@ impl Publisher {
                 index: 0,
                 of: 1,
             };
-            return self.publish_to(&at, topic, chains, maxlen).await;
+            return self.publish_to(&at, topic, chains, maxlen, reached).await;
         }
         let mut by_partition: BTreeMap<u32, Vec<Vec<StreamEvent>>> = BTreeMap::new();
         for chain in chains {
@@ -390,7 +400,10 @@ impl Publisher {
                 index: partition,
                 of: partitions,
             };
-            outcomes.extend(self.publish_to(&at, topic, &chains, maxlen).await?);
+            outcomes.extend(
+                self.publish_to(&at, topic, &chains, maxlen, reached)
+                    .await?,
+            );
         }
         Ok(chains
             .iter()
@@ -413,8 +426,10 @@ impl Publisher {
         topic: &str,
         chains: &[Vec<StreamEvent>],
         maxlen: Option<u64>,
+        reached: &mut Vec<(String, EntryId)>,
     ) -> Result<Vec<(Uuid, Outcome)>, PublishError> {
         let maxlen = maxlen.or(self.config.maxlen).unwrap_or(0);
+        let mut mark = self.marks.get(at.stream);
         // Flatten in order; each event remembers its chain's index (unkeyed events are
         // chains of one, so they never share a failure).
         let mut items: Vec<(&StreamEvent, usize)> = Vec::new();
@@ -449,11 +464,12 @@ impl Publisher {
             }
             if !call.is_empty() {
                 let sent: Vec<(&StreamEvent, usize)> = call.iter().map(|&i| items[i]).collect();
-                let mark = self.marks.get(at.stream);
                 let replies = match self.invoke(at.stream, topic, &sent, maxlen, mark).await? {
                     script::Reply::Done(replies, last) => {
                         if let Some(last) = last {
-                            self.marks.reached(at.stream, last);
+                            // The next call of this batch checks against it.
+                            mark = Some(last);
+                            reached.push((at.stream.to_string(), last));
                         }
                         replies
                     }

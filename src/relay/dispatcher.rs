@@ -218,7 +218,11 @@ async fn repaired(
 ) -> PublishError {
     match repair::repair(publisher, db, behind, settings).await {
         Ok(repaired) => {
-            crate::telemetry::redis_lost(behind, &repaired);
+            if !repaired.lost.is_empty() || repaired.unrepairable.is_some() {
+                crate::telemetry::redis_lost(behind, &repaired);
+            } else {
+                tracing::info!(stream = %behind.stream, "{behind}: every event marked published is still there (the entries lost were never confirmed)");
+            }
             PublishError::Outage(format!(
                 "{behind}; {} events queued to be published again",
                 repaired.requeued

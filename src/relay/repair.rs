@@ -98,14 +98,17 @@ pub async fn repair(
         "lost": lost.len(),
         "checked_since": since,
     });
+    let unrepairable = unrepairable(since, settings.kept_for);
+    // Entries lost that were never confirmed (so never marked published) are no loss.
+    let noticed = (!lost.is_empty() || unrepairable.is_some()).then_some(&detail);
     let (stream, last) = (behind.stream.clone(), behind.last);
     let requeued = db
-        .unit(async |c| republish::requeue_lost(c, &topic, &stream, last, &lost, &detail).await)
+        .unit(async |c| republish::requeue_lost(c, &topic, &stream, last, &lost, noticed).await)
         .await?;
     publisher.marks().reset(&behind.stream, behind.last);
     Ok(Repaired {
         requeued,
-        unrepairable: unrepairable(since, settings.kept_for),
+        unrepairable,
         lost: ids,
     })
 }

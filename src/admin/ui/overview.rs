@@ -14,7 +14,8 @@ use super::session::Session;
 use super::{see_other, UiError};
 use crate::admin::api::replicas::alive_ms;
 use crate::admin::AdminState;
-use crate::db::{events, replicas, DbError};
+use crate::db::outbox::republish;
+use crate::db::{audit, events, replicas, DbError};
 use crate::relay::throughput::{Minutes, MINUTES};
 
 /// An inline SVG bar chart of per-minute counts, oldest left.
@@ -52,6 +53,40 @@ fn card(id: &str, label: &str, value: String, class: &str) -> Markup {
     html! { div class={ "card " (class) } { div.label { (label) } div.value #(id) { (value) } } }
 }
 
+/// How far back the overview shows Redis losses.
+const LOSSES_SHOWN_HOURS: i64 = 24;
+
+/// Streams Redis lost entries of in the last day (each a `redis-loss` audit row): they were
+/// published again, but an operator must find out why Redis lost acknowledged writes.
+fn loss_banner(losses: &[audit::AuditRow]) -> Markup {
+    let text = |row: &audit::AuditRow, key: &str| -> String {
+        match &row.detail[key] {
+            serde_json::Value::String(s) => s.clone(),
+            serde_json::Value::Null => "nothing".into(),
+            other => other.to_string(),
+        }
+    };
+    html! {
+        @if !losses.is_empty() {
+            div.banner.bad #losses role="alert" {
+                b { "Redis lost entries the relay had published" }
+                " (last " (LOSSES_SHOWN_HOURS) " hours). The lost events were published again; see the "
+                a href="/audit" { "audit log" } " and the runbook."
+                ul {
+                    @for row in losses {
+                        li {
+                            (row.at.format("%Y-%m-%d %H:%M:%S UTC")) ": topic " b { (row.target) } ", "
+                            (text(row, "lost")) " entries of stream " code { (text(row, "stream")) }
+                            " (it ends at " code { (text(row, "last")) } ", the relay had appended up to "
+                            code { (text(row, "mark")) } ")"
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// The cluster's last hour: the sum of every live replica's report.
 async fn cluster_minutes(state: &AdminState) -> Result<Minutes, UiError> {
     let alive = alive_ms(state);
@@ -79,12 +114,13 @@ pub async fn page(
     session: Session,
     state: web::Data<AdminState>,
 ) -> Result<HttpResponse, UiError> {
-    let (topics, flight) = {
+    let (topics, flight, losses) = {
         state
             .db
             .unit(async |c| {
                 let topics = counts::topic_counts(&state.published, c, None).await?;
-                Ok::<_, DbError>((topics, events::flight(c).await?))
+                let losses = audit::recent(c, republish::LOSS_ACTION, LOSSES_SHOWN_HOURS).await?;
+                Ok::<_, DbError>((topics, events::flight(c).await?, losses))
             })
             .await?
     };
@@ -94,6 +130,7 @@ pub async fn page(
     let oldest = flight.oldest_pending_age_seconds;
     let content = html! {
         div #live hx-get="/" hx-trigger="every 5s" hx-select="#live" hx-swap="outerHTML" {
+            (loss_banner(&losses))
             div.cards {
                 (card("oldest", "Oldest pending", layout::age(oldest),
                     if oldest >= 300.0 { "slo bad" } else if oldest >= 30.0 { "slo warn" } else { "slo" }))

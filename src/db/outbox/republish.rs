@@ -60,14 +60,15 @@ pub async fn unpublish(conn: &mut AsyncPgConnection, ids: &[Uuid]) -> Result<usi
 
 /// In one transaction: puts the events a stream lost back to pending (`lost`, in `seq`
 /// order), holds the topic's newer events behind the last of them, sets the stream's mark to
-/// where it now ends, and records the loss in the audit log (the UI's banner reads it).
+/// where it now ends, and records the loss in the audit log with `audit_detail` (the UI's
+/// banner reads it).
 pub async fn requeue_lost(
     conn: &mut AsyncPgConnection,
     topic: &str,
     stream: &str,
     ends_at: Option<EntryId>,
     lost: &[PublishedRow],
-    detail: &serde_json::Value,
+    audit_detail: Option<&serde_json::Value>,
 ) -> Result<usize, DbError> {
     let ids: Vec<Uuid> = lost.iter().map(|r| r.id).collect();
     let ids = ids.as_slice();
@@ -78,7 +79,9 @@ pub async fn requeue_lost(
             topics::hold_after(c, topic, last).await?;
         }
         stream_marks::reset(c, stream, ends_at).await?;
-        audit::record(c, LOSS_WHO, LOSS_ACTION, topic, detail).await?;
+        if let Some(detail) = audit_detail {
+            audit::record(c, LOSS_WHO, LOSS_ACTION, topic, detail).await?;
+        }
         Ok(requeued)
     })
     .await
