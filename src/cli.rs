@@ -1,4 +1,5 @@
-//! The command line (clap): `migrate`, `run`, `demo`, `tail`, each taking `--config FILE`.
+//! The command line (clap): `migrate`, `run`, `demo`, `tail`, `repartition`, `replay`, each
+//! taking `--config FILE`.
 
 use std::path::PathBuf;
 
@@ -28,6 +29,26 @@ pub enum Command {
     Tail(TailArgs),
     /// Change a topic's partition count, keeping per-key order for its declared groups.
     Repartition(RepartitionArgs),
+    /// Publish again, as new entries in their original order, a topic's published events
+    /// still kept whose publish time lies in a range; prints `{"replayed": n}`.
+    Replay(ReplayArgs),
+}
+
+/// Flags of `replay`.
+#[derive(Debug, Args, Clone)]
+pub struct ReplayArgs {
+    /// The common flags (`--database-url`, `--redis-url`, `--config`).
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// The topic.
+    pub topic: String,
+    /// Published at or after this: RFC 3339 (`2026-12-04T10:00:00Z`) or a duration meaning
+    /// that long ago (`15m`).
+    #[arg(long, value_name = "TIME")]
+    pub since: String,
+    /// Published before this (same forms); default: now.
+    #[arg(long, value_name = "TIME")]
+    pub until: Option<String>,
 }
 
 /// Flags of `repartition`.

@@ -14,10 +14,11 @@ pub fn settings_for(command: &Command) -> Result<Settings, ConfigError> {
         Command::Demo(d) => (demo::default_settings(), &d.common),
         Command::Tail(t) => (Settings::default(), &t.common),
         Command::Repartition(r) => (Settings::default(), &r.common),
+        Command::Replay(r) => (Settings::default(), &r.common),
     };
     let settings = Settings::load(base, common.config.as_deref(), &common.overrides())?;
     match command {
-        Command::Migrate(_) | Command::Repartition(_) => {
+        Command::Migrate(_) | Command::Repartition(_) | Command::Replay(_) => {
             settings.database_url()?;
         }
         Command::Run(_) => {
@@ -47,5 +48,37 @@ pub async fn execute(command: Command, settings: Settings) -> anyhow::Result<()>
             Ok(tail::run(&settings, options).await?)
         }
         Command::Repartition(r) => crate::repartition::run(&settings, &r.topic, r.partitions).await,
+        Command::Replay(r) => replay(&settings, &r).await,
     }
+}
+
+/// `replay`: the admin's replay action, recorded in the audit log as done by `cli`. A time
+/// that is neither RFC 3339 nor a duration, or an empty range, exits 2.
+async fn replay(settings: &Settings, args: &crate::cli::ReplayArgs) -> anyhow::Result<()> {
+    use crate::admin::actions::{ActionError, Actions, ReplayRange};
+    let range = ReplayRange::parse(&args.since, args.until.as_deref()).map_err(|e| {
+        let setting = match &e {
+            ActionError::BadTime { field, .. } => format!("--{field}"),
+            _ => "--until".to_string(),
+        };
+        ConfigError {
+            setting,
+            message: e.to_string(),
+        }
+    })?;
+    if let Err(e) = crate::admin::actions::check_topic(&args.topic) {
+        return Err(ConfigError {
+            setting: "TOPIC".into(),
+            message: e.to_string(),
+        }
+        .into());
+    }
+    let url = settings.database_url()?;
+    let db = crate::db::pool::build(url, 2, settings.session(), crate::db::pool::Drivers::Caller);
+    let publisher = app::open_publisher(settings)?;
+    let replayed = Actions::new(&db, None)
+        .replay(&publisher, "cli", &args.topic, range)
+        .await?;
+    println!("{}", serde_json::json!({ "replayed": replayed }));
+    Ok(())
 }

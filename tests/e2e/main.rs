@@ -56,6 +56,7 @@ mod partitions;
 mod pg_outage;
 mod pgbouncer;
 mod poison;
+mod replay;
 mod retention;
 mod shutdown;
 mod supervision;

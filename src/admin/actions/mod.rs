@@ -1,6 +1,6 @@
 //! The admin's state-changing operations, one function each, shared by the JSON API and the
 //! web UI: pause or resume a topic, replace its settings, retry or discard one dead letter or
-//! every dead letter matching a filter, enqueue an event.
+//! every dead letter matching a filter, enqueue an event, replay a topic (also the CLI's).
 //!
 //! Each validates its input, writes (the audit row goes in the same transaction, in
 //! `crate::db`) and wakes this replica's claimer when the write made events publishable. The
@@ -9,6 +9,7 @@
 //! what an action checks, records or wakes.
 
 mod enqueue;
+mod replay;
 
 use actix::Recipient;
 use chrono::{DateTime, Utc};
@@ -19,6 +20,7 @@ use crate::db::{topics, Db, DbError};
 use crate::producer::{NewEvent, ProducerError};
 use crate::relay::messages::Wake;
 pub use enqueue::Enqueued;
+pub use replay::{parse_time, ReplayRange};
 
 /// Why an action was refused or failed.
 #[derive(Debug, thiserror::Error)]
@@ -55,6 +57,25 @@ pub enum ActionError {
     /// The idempotency key was used before with another body.
     #[error("this Idempotency-Key was used with another request body")]
     KeyReused,
+    /// A replay's time that is neither RFC 3339 nor a duration.
+    #[error("{field} must be an RFC 3339 time (2026-12-04T10:00:00Z) or a duration meaning that long ago (15m), not {value:?}")]
+    BadTime {
+        /// `since` or `until`.
+        field: &'static str,
+        /// What was given.
+        value: String,
+    },
+    /// A replay whose `until` is not after its `since`.
+    #[error("the replay range is empty: until ({until}) is not after since ({since})")]
+    EmptyReplay {
+        /// From.
+        since: DateTime<Utc>,
+        /// To.
+        until: DateTime<Utc>,
+    },
+    /// Redis failed.
+    #[error("redis unavailable: {0}")]
+    Redis(String),
     /// Postgres failed.
     #[error(transparent)]
     Db(#[from] DbError),

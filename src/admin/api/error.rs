@@ -40,6 +40,9 @@ pub enum ApiError {
     /// Postgres cannot be reached (or timed out): try again later.
     #[error("postgres unavailable")]
     Unavailable,
+    /// Redis cannot be reached: try again later.
+    #[error("{0}")]
+    RedisUnavailable(String),
     /// A bug on our side; the details are in the log.
     #[error("internal error")]
     Internal,
@@ -57,7 +60,9 @@ impl ResponseError for ApiError {
             ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::Unprocessable(_) => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
-            ApiError::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Unavailable | ApiError::RedisUnavailable(_) => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             ApiError::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -109,7 +114,10 @@ impl From<ActionError> for ApiError {
             ActionError::InvalidTopic(_)
             | ActionError::Nul(_)
             | ActionError::BadMaxlen
-            | ActionError::HeadersNotObject => ApiError::BadRequest(e.to_string()),
+            | ActionError::HeadersNotObject
+            | ActionError::BadTime { .. }
+            | ActionError::EmptyReplay { .. } => ApiError::BadRequest(e.to_string()),
+            ActionError::Redis(_) => ApiError::RedisUnavailable(e.to_string()),
             // Named as the API's filter names its fields.
             ActionError::EmptyRange { .. } => {
                 ApiError::BadRequest("dead_after must be before dead_before".into())

@@ -61,6 +61,9 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
             .service(
                 resource("/topics/{topic}/resume", "POST").route(web::post().to(topics::resume)),
             )
+            .service(
+                resource("/topics/{topic}/replay", "POST").route(web::post().to(topics::replay)),
+            )
             .service(resource("/replicas", "GET").route(web::get().to(replicas::list)))
             .service(resource("/audit", "GET").route(web::get().to(audit::list)))
             .service(resource("/openapi.json", "GET").route(web::get().to(openapi::document)))

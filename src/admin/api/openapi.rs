@@ -16,7 +16,7 @@ use super::{audit, dead, events, replicas, stats, topics};
         stats::get,
         events::list, events::enqueue, events::get, events::retry, events::discard, events::timeline,
         dead::groups, dead::retry, dead::discard,
-        topics::list, topics::get, topics::put, topics::pause, topics::resume,
+        topics::list, topics::get, topics::put, topics::pause, topics::resume, topics::replay,
         replicas::list,
         audit::list,
         document,

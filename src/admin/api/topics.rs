@@ -1,4 +1,4 @@
-//! `/api/v1/topics`: per-topic counts and settings; pause, resume, and stream trimming.
+//! `/api/v1/topics`: per-topic counts and settings; pause, resume, stream trimming, replay.
 
 use crate::admin::counts;
 use actix_web::{web, HttpResponse};
@@ -8,6 +8,7 @@ use utoipa::ToSchema;
 use super::error::ApiResult;
 use super::stats::TopicStats;
 use super::valid_topic;
+use crate::admin::actions::ReplayRange;
 use crate::admin::caller::Caller;
 use crate::admin::AdminState;
 
@@ -127,4 +128,41 @@ pub async fn resume(
     topic: web::Path<String>,
 ) -> ApiResult<HttpResponse> {
     set_paused(&state, &caller, topic.into_inner(), false).await
+}
+
+/// What to replay: the topic's published events whose `published_at` lies in `[since, until)`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReplayRequest {
+    /// RFC 3339 (`2026-12-04T10:00:00Z`) or a duration meaning that long ago (`15m`).
+    #[schema(example = "15m")]
+    pub since: String,
+    /// As `since`, after it; absent: up to now.
+    pub until: Option<String>,
+}
+
+/// How many events a replay published again.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Replayed {
+    /// Events put back to be published again, as new entries in their original order.
+    pub replayed: u64,
+}
+
+/// Publishes again, as new entries in their original order, the topic's published events
+/// still kept in the table whose `published_at` lies in the range; recorded in the audit log.
+#[utoipa::path(post, path = "/api/v1/topics/{topic}/replay", tag = "topics", request_body = ReplayRequest,
+    params(("topic" = String, Path, description = "the topic ('/' as %2F)")),
+    responses((status = 200, body = Replayed), (status = 400), (status = 401), (status = 403), (status = 503)))]
+pub async fn replay(
+    state: web::Data<AdminState>,
+    caller: Caller,
+    topic: web::Path<String>,
+    body: web::Json<ReplayRequest>,
+) -> ApiResult<HttpResponse> {
+    let range = ReplayRange::parse(&body.since, body.until.as_deref())?;
+    let replayed = state
+        .actions()
+        .replay(&state.publisher, &caller.who, &topic, range)
+        .await?;
+    Ok(HttpResponse::Ok().json(Replayed { replayed }))
 }

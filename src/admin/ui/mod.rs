@@ -12,6 +12,7 @@ pub mod events;
 pub mod layout;
 pub mod login;
 pub mod overview;
+pub mod replay;
 pub mod replicas;
 pub mod session;
 pub mod streams;
@@ -32,6 +33,8 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
         .route("/dead/apply", web::post().to(dead::apply))
         .route("/audit", web::get().to(audit::page))
         .route("/topics/{topic}/{action}", web::post().to(overview::steer))
+        .route("/replay", web::get().to(replay::page))
+        .route("/replay/apply", web::post().to(replay::apply))
         .route("/streams", web::get().to(streams::page))
         .route("/replicas", web::get().to(replicas::page))
         .route("/login", web::get().to(login::page))
@@ -81,7 +84,10 @@ impl From<ActionError> for UiError {
             )),
             ActionError::NoEvent(_) => UiError::NotFound(e.to_string()),
             ActionError::Db(e) => UiError::Db(e),
-            ActionError::BadMaxlen
+            ActionError::Redis(e) => UiError::Redis(e),
+            ActionError::BadTime { .. }
+            | ActionError::EmptyReplay { .. }
+            | ActionError::BadMaxlen
             | ActionError::Nul(_)
             | ActionError::HeadersNotObject
             | ActionError::NotDead(_)

@@ -159,6 +159,8 @@ pub async fn page(
                                 td.num { (layout::count(t.published)) }
                                 td.num { @if t.dead > 0 { a href={ "/dead?topic=" (layout::enc(&t.topic)) } { (layout::count(t.dead)) } } @else { "0" } }
                                 td {
+                                    a.button.small href={ "/replay?topic=" (layout::enc(&t.topic)) "&since=1h" } { "Replay…" }
+                                    " "
                                     @if t.paused {
                                         (layout::action_button(&session, &format!("/topics/{}/resume", layout::enc(&t.topic)), "Resume", "small primary resume"))
                                     } @else {

@@ -91,3 +91,53 @@ pub async fn requeue_lost(
 pub const LOSS_WHO: &str = "relay";
 /// The audit log's `action` of a loss the relay noticed.
 pub const LOSS_ACTION: &str = "redis-loss";
+
+/// Up to `limit` of the topic's published rows whose `published_at` is in `[since, until)`
+/// and whose `seq` is after `after_seq`, in insertion order (a replay's next chunk).
+pub async fn published_between(
+    conn: &mut AsyncPgConnection,
+    topic: &str,
+    since: DateTime<Utc>,
+    until: Option<DateTime<Utc>>,
+    after_seq: i64,
+    limit: i64,
+) -> Result<Vec<PublishedRow>, DbError> {
+    Ok(diesel::sql_query(
+        "SELECT id, partition_key, seq FROM outbox
+         WHERE topic = $1 AND published_at IS NOT NULL AND published_at >= $2
+           AND ($3::timestamptz IS NULL OR published_at < $3) AND seq > $4
+         ORDER BY seq LIMIT $5",
+    )
+    .bind::<Text, _>(topic)
+    .bind::<Timestamptz, _>(since)
+    .bind::<Nullable<Timestamptz>, _>(until)
+    .bind::<BigInt, _>(after_seq)
+    .bind::<BigInt, _>(limit)
+    .load(conn)
+    .await?)
+}
+
+/// How many of the topic's published rows a replay of `[since, until)` would publish again.
+pub async fn count_between(
+    conn: &mut AsyncPgConnection,
+    topic: &str,
+    since: DateTime<Utc>,
+    until: Option<DateTime<Utc>>,
+) -> Result<i64, DbError> {
+    #[derive(QueryableByName)]
+    struct Count {
+        #[diesel(sql_type = BigInt)]
+        n: i64,
+    }
+    let row: Count = diesel::sql_query(
+        "SELECT count(*) AS n FROM outbox
+         WHERE topic = $1 AND published_at IS NOT NULL AND published_at >= $2
+           AND ($3::timestamptz IS NULL OR published_at < $3)",
+    )
+    .bind::<Text, _>(topic)
+    .bind::<Timestamptz, _>(since)
+    .bind::<Nullable<Timestamptz>, _>(until)
+    .get_result(conn)
+    .await?;
+    Ok(row.n)
+}
