@@ -59,6 +59,13 @@ struct Args {
     /// `redis.cluster`).
     #[arg(long, env = "OUTBOX__REDIS__CLUSTER")]
     cluster: bool,
+    /// `REDIS_URL` lists Redis Sentinels that monitor the master under this name (as the
+    /// relay's `redis.sentinel_master`).
+    #[arg(long, env = "OUTBOX__REDIS__SENTINEL_MASTER")]
+    sentinel_master: Option<String>,
+    /// The Sentinels' own password (as the relay's `redis.sentinel_password`).
+    #[arg(long, env = "OUTBOX__REDIS__SENTINEL_PASSWORD", hide_env_values = true)]
+    sentinel_password: Option<String>,
     /// Entries per read.
     #[arg(long, default_value_t = 100)]
     batch_size: usize,
@@ -115,6 +122,9 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         .retry(args.retry_base, retry_max.max(args.retry_base));
     if let Some(name) = &args.consumer {
         config = config.consumer(name);
+    }
+    if let Some(master) = &args.sentinel_master {
+        config = config.sentinel(master, args.sentinel_password.clone());
     }
     let consumer = Consumer::new(config)?;
 

@@ -20,6 +20,8 @@ pub struct ConsumerConfig {
     /// stream's slot. One XREADGROUP can only read streams of one slot, so the topics of one
     /// consumer must share one (one topic always does); run a consumer per topic otherwise.
     pub(crate) cluster: bool,
+    /// With Sentinel: the master's name and the Sentinels' password.
+    pub(crate) sentinel: Option<(String, Option<String>)>,
     /// PEM file of a private CA to trust for `rediss://` (else the system's roots).
     pub(crate) tls_ca_file: Option<PathBuf>,
     /// PEM client certificate for mutual TLS (with `tls_client_key_file`).
@@ -83,6 +85,7 @@ impl ConsumerConfig {
         ConsumerConfig {
             redis_url: redis_url.into(),
             cluster: false,
+            sentinel: None,
             tls_ca_file: None,
             tls_client_cert_file: None,
             tls_client_key_file: None,
@@ -114,6 +117,25 @@ impl ConsumerConfig {
     pub fn cluster(mut self, cluster: bool) -> Self {
         self.cluster = cluster;
         self
+    }
+    /// `redis_url` lists Redis Sentinels (comma-separated; the user and password in the URL
+    /// are the master's) that monitor the master under `master`; `password` is the
+    /// Sentinels' own, if they need one. The consumer reads from the master they name and
+    /// follows a failover by itself.
+    pub fn sentinel(mut self, master: impl Into<String>, password: Option<String>) -> Self {
+        self.sentinel = Some((master.into(), password));
+        self
+    }
+    /// How `redis_url`'s servers are arranged.
+    pub(crate) fn topology(&self) -> redis_conn::Topology {
+        match (&self.sentinel, self.cluster) {
+            (Some((master, password)), _) => redis_conn::Topology::Sentinel {
+                master: master.clone(),
+                password: password.clone(),
+            },
+            (None, true) => redis_conn::Topology::Cluster,
+            (None, false) => redis_conn::Topology::Single,
+        }
     }
     /// The relay's `redis.stream_prefix`: the stream is `<stream_prefix><topic>`.
     pub fn stream_prefix(mut self, prefix: impl Into<String>) -> Self {
@@ -211,7 +233,7 @@ impl ConsumerConfig {
             cert: (self.tls_client_cert_file.as_deref(), "tls_client_cert_file"),
             key: (self.tls_client_key_file.as_deref(), "tls_client_key_file"),
         };
-        TlsFiles::load(paths, &redis_conn::urls(&self.redis_url, self.cluster))
+        TlsFiles::load(paths, &redis_conn::urls(&self.redis_url, &self.topology()))
     }
 
     /// Whether every topic's stream hashes to one cluster slot.
@@ -257,7 +279,13 @@ impl ConsumerConfig {
                 reason: reason.to_string(),
             })
         };
-        let urls = redis_conn::urls(&self.redis_url, self.cluster);
+        let urls = redis_conn::urls(&self.redis_url, &self.topology());
+        if self.cluster && self.sentinel.is_some() {
+            return bad(
+                "cluster",
+                "a Redis Cluster is not reached through Sentinels: one or the other",
+            );
+        }
         if urls.is_empty() {
             return bad("redis_url", "names no seed node");
         }

@@ -80,11 +80,12 @@ impl Consumer {
             // A blocking read holds its reply for up to `block`.
             response: config.block + Duration::from_secs(10),
         };
-        let conn = redis_conn::connect(&config.redis_url, config.cluster, timeouts, tls.as_ref())
+        let topology = config.topology();
+        let conn = redis_conn::connect(&config.redis_url, &topology, timeouts, tls.as_ref())
             .map_err(ConnectError::from)?;
         let fleet_conn = redis_conn::connect(
             &config.redis_url,
-            config.cluster,
+            &topology,
             Timeouts {
                 connect: Duration::from_secs(2),
                 // A renewal answered later than this could not be trusted for long anyway.

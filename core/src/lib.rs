@@ -30,6 +30,7 @@ pub mod pem;
 #[cfg(feature = "postgres")]
 pub mod prepared;
 pub mod redis_conn;
+pub mod sentinel;
 pub mod topic;
 
 pub use entry::{Entry, EntryError, Lease};

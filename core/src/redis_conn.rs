@@ -1,7 +1,8 @@
 //! How the relay and the consumers reach Redis: one server (`redis://`, or `rediss://` for TLS) through a
-//! connection manager, or a Redis Cluster from its seed nodes through a cluster connection
-//! that sends each command to the master of its key's slot and follows MOVED and ASK. Both
-//! are lazy, reconnect by themselves after an outage, and are cheap to clone.
+//! connection manager, a Redis Cluster from its seed nodes through a cluster connection
+//! that sends each command to the master of its key's slot and follows MOVED and ASK, or the
+//! master a set of Sentinels names, followed across failovers (`crate::sentinel`). All are
+//! lazy, reconnect by themselves after an outage, and are cheap to clone.
 //!
 //! The relay and the consumers use the same [`RedisConn`], [`seeds`] and [`TlsFiles`], so a
 //! seed list and a TLS setting mean one thing to both. Over TLS the server's certificate must
@@ -17,6 +18,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::{ClientTlsConfig, Cmd, Pipeline, RedisFuture, TlsCertificates, Value};
 
 use crate::pem::{self, TlsSettingError};
+use crate::sentinel::{SentinelConn, SentinelTarget};
 
 /// A connection to Redis: one server's connection manager, or a cluster connection. Commands
 /// go through [`ConnectionLike`] either way; on a cluster each goes to the master of its first
@@ -28,6 +30,25 @@ pub enum RedisConn {
     Single(ConnectionManager),
     /// A Redis Cluster, from its seed nodes.
     Cluster(ClusterConnection),
+    /// The master a set of Sentinels names.
+    Sentinel(SentinelConn),
+}
+
+/// How the servers of a URL list are arranged.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Topology {
+    /// One server.
+    #[default]
+    Single,
+    /// A Redis Cluster: the URL lists seed nodes.
+    Cluster,
+    /// Sentinels: the URL lists them, and they name the master.
+    Sentinel {
+        /// The name they monitor the master under.
+        master: String,
+        /// Their own password, if they need one.
+        password: Option<String>,
+    },
 }
 
 impl From<ConnectionManager> for RedisConn {
@@ -48,6 +69,7 @@ impl ConnectionLike for RedisConn {
         match self {
             RedisConn::Single(conn) => conn.req_packed_command(cmd),
             RedisConn::Cluster(conn) => conn.req_packed_command(cmd),
+            RedisConn::Sentinel(conn) => conn.req_packed_command(cmd),
         }
     }
 
@@ -60,6 +82,7 @@ impl ConnectionLike for RedisConn {
         match self {
             RedisConn::Single(conn) => conn.req_packed_commands(pipeline, offset, count),
             RedisConn::Cluster(conn) => conn.req_packed_commands(pipeline, offset, count),
+            RedisConn::Sentinel(conn) => conn.req_packed_commands(pipeline, offset, count),
         }
     }
 
@@ -67,6 +90,7 @@ impl ConnectionLike for RedisConn {
         match self {
             RedisConn::Single(conn) => conn.get_db(),
             RedisConn::Cluster(conn) => conn.get_db(),
+            RedisConn::Sentinel(conn) => conn.get_db(),
         }
     }
 }
@@ -121,28 +145,38 @@ pub enum ConnectError {
     Tls(#[from] TlsSettingError),
 }
 
-/// A lazy connection to `url` (with `cluster`, a seed list: see [`seeds`]), over TLS with
-/// `tls`'s files when given: it connects at the first command and reconnects after a failure,
-/// so an outage never needs a new connection. Must be called inside a Tokio runtime (a cluster
-/// connection starts its task there).
+/// A lazy connection to `url` as `topology` reads it (a cluster's seed list or the Sentinels:
+/// see [`seeds`]), over TLS with `tls`'s files when given: it connects at the first command
+/// and reconnects after a failure, so an outage never needs a new connection. Must be called
+/// inside a Tokio runtime (a cluster connection starts its task there).
 pub fn connect(
     url: &str,
-    cluster: bool,
+    topology: &Topology,
     timeouts: Timeouts,
     tls: Option<&TlsFiles>,
 ) -> Result<RedisConn, redis::RedisError> {
     let certs = tls.map(TlsFiles::certificates);
-    Ok(match cluster {
-        true => RedisConn::Cluster(self::cluster(&seeds(url), timeouts, certs)?),
-        false => RedisConn::Single(manager(url, timeouts, certs)?),
+    Ok(match topology {
+        Topology::Cluster => RedisConn::Cluster(self::cluster(&seeds(url), timeouts, certs)?),
+        Topology::Single => RedisConn::Single(manager(url, timeouts, certs)?),
+        Topology::Sentinel { master, password } => {
+            let config = redis::AsyncConnectionConfig::new()
+                .set_connection_timeout(Some(timeouts.connect))
+                .set_response_timeout(Some(timeouts.response));
+            let target = SentinelTarget {
+                master,
+                password: password.as_deref(),
+            };
+            RedisConn::Sentinel(SentinelConn::new(&seeds(url), target, config, certs)?)
+        }
     })
 }
 
-/// The URLs a setting names: the seeds of a cluster's list, else the one URL.
-pub fn urls(url: &str, cluster: bool) -> Vec<String> {
-    match cluster {
-        true => seeds(url),
-        false => vec![url.trim().to_string()],
+/// The URLs a setting names: the seeds of a cluster's list or the Sentinels, else the one URL.
+pub fn urls(url: &str, topology: &Topology) -> Vec<String> {
+    match topology {
+        Topology::Single => vec![url.trim().to_string()],
+        Topology::Cluster | Topology::Sentinel { .. } => seeds(url),
     }
 }
 

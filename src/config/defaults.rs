@@ -28,6 +28,8 @@ impl Default for RedisSettings {
         RedisSettings {
             url: "redis://127.0.0.1:6379".into(),
             cluster: false,
+            sentinel_master: None,
+            sentinel_password: None,
             stream_prefix: "outbox:".into(),
             dedup_window: Duration::from_secs(15 * 60),
             max_payload_bytes: 1024 * 1024,

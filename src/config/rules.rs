@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use super::{ConfigError, Settings};
+use outbox_core::redis_conn::Topology;
 
 /// One rule: the settings it reads (the first is named unless the user set only another) and
 /// the check, which returns what is wrong.
@@ -80,8 +81,17 @@ const RULES: &[Rule] = &[
         },
     },
     Rule {
-        settings: &["redis.url", "redis.cluster"],
-        check: |s| redis_url(&s.redis.url, s.redis.cluster),
+        settings: &["redis.sentinel_master", "redis.cluster"],
+        check: |s| {
+            match (&s.redis.sentinel_master, s.redis.cluster) {
+            (Some(_), true) => Err("a Redis Cluster is not reached through Sentinels: set redis.cluster or redis.sentinel_master, not both".into()),
+            _ => Ok(()),
+        }
+        },
+    },
+    Rule {
+        settings: &["redis.url", "redis.cluster", "redis.sentinel_master"],
+        check: |s| redis_url(&s.redis.url, &s.redis.topology()),
     },
     Rule {
         settings: &[
@@ -260,13 +270,23 @@ const RULES: &[Rule] = &[
     },
 ];
 
-fn redis_url(raw: &str, cluster: bool) -> Result<(), String> {
-    if cluster {
-        return crate::publish::connect::check_seeds(raw);
+fn redis_url(raw: &str, topology: &Topology) -> Result<(), String> {
+    match topology {
+        Topology::Cluster => return crate::publish::connect::check_seeds(raw),
+        Topology::Sentinel { master, .. } => {
+            if master.is_empty() {
+                return Err("redis.sentinel_master must name the master".into());
+            }
+            for url in crate::publish::connect::seeds(raw) {
+                redis::Client::open(url.as_str()).map_err(|e| format!("Sentinel {url}: {e}"))?;
+            }
+            return Ok(());
+        }
+        Topology::Single => {}
     }
     if raw.contains(',') {
         return Err(format!(
-            "holds several nodes ({raw}): a list of seed nodes is for a Redis Cluster; set redis.cluster = true (OUTBOX__REDIS__CLUSTER=true), or give one redis:// URL"
+            "holds several nodes ({raw}): a list of seed nodes is for a Redis Cluster (set redis.cluster = true, OUTBOX__REDIS__CLUSTER=true) or of Sentinels (set redis.sentinel_master); or give one redis:// URL"
         ));
     }
     redis::Client::open(raw)

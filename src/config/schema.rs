@@ -69,6 +69,13 @@ pub struct RedisSettings {
     /// Redis Cluster: `url` names one or more seed nodes, each command goes to the master of
     /// its key's slot.
     pub cluster: bool,
+    /// Redis Sentinel: `url` lists the Sentinels, which monitor the master under this name;
+    /// the relay publishes to the master they name and follows a failover.
+    #[serde(deserialize_with = "lenient::opt_string")]
+    pub sentinel_master: Option<String>,
+    /// The Sentinels' own password, if they need one (the master's is in `url`).
+    #[serde(deserialize_with = "lenient::opt_string")]
+    pub sentinel_password: Option<String>,
     /// Stream key of a topic is `<stream_prefix><topic>`.
     #[serde(deserialize_with = "lenient::string")]
     pub stream_prefix: String,
@@ -186,4 +193,19 @@ pub struct RelaySettings {
     /// to twice the longer of `relay.lease` and `relay.poll_interval` (at least 10s).
     #[serde(with = "humantime_serde")]
     pub stall_after: Duration,
+}
+
+impl RedisSettings {
+    /// How `url`'s servers are arranged: one server, a cluster's seeds, or Sentinels.
+    pub fn topology(&self) -> outbox_core::redis_conn::Topology {
+        use outbox_core::redis_conn::Topology;
+        match (&self.sentinel_master, self.cluster) {
+            (Some(master), _) => Topology::Sentinel {
+                master: master.clone(),
+                password: self.sentinel_password.clone(),
+            },
+            (None, true) => Topology::Cluster,
+            (None, false) => Topology::Single,
+        }
+    }
 }

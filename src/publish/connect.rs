@@ -1,5 +1,5 @@
 //! How the relay reaches Redis, from its settings: `redis.url` (with `redis.cluster`, a seed
-//! list), `redis.timeout`, and the TLS files `redis.ca_file`, `redis.client_cert_file` and
+//! list; with `redis.sentinel_master`, the Sentinels), `redis.timeout`, and the TLS files `redis.ca_file`, `redis.client_cert_file` and
 //! `redis.client_key_file`. The connection itself, lazy and TLS-checked, is
 //! [`outbox_core::redis_conn`]'s, the same as the consumers'.
 
@@ -22,7 +22,10 @@ pub fn tls_files(settings: &RedisSettings) -> Result<Option<TlsFiles>, TlsSettin
         ),
         key: (settings.client_key_file.as_deref(), "redis.client_key_file"),
     };
-    TlsFiles::load(paths, &redis_conn::urls(&settings.url, settings.cluster))
+    TlsFiles::load(
+        paths,
+        &redis_conn::urls(&settings.url, &settings.topology()),
+    )
 }
 
 /// The relay's connection for these settings (`redis.url`, `redis.cluster`, `redis.timeout`),
@@ -34,7 +37,7 @@ pub fn connect(
 ) -> Result<RedisConn, redis::RedisError> {
     redis_conn::connect(
         &settings.url,
-        settings.cluster,
+        &settings.topology(),
         timeouts(settings.timeout),
         tls,
     )

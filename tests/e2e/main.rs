@@ -58,6 +58,7 @@ mod pgbouncer;
 mod poison;
 mod replay;
 mod retention;
+mod sentinel;
 mod shutdown;
 mod supervision;
 pub mod support;

@@ -14,6 +14,7 @@ mod process;
 mod proxy;
 mod redis;
 mod relay;
+mod sentinel;
 mod tls;
 
 use std::net::TcpListener;
@@ -31,6 +32,7 @@ pub use self::process::Logged;
 pub use self::proxy::Proxy;
 pub use self::redis::{valkey_server, OwnRedis, TestRedis};
 pub use self::relay::{base_env, RelayProc, TokenRelay, ADMIN_TOKEN, BIN, READ_ONLY_TOKEN};
+pub use self::sentinel::{OwnSentinel, MASTER};
 pub use self::tls::{Issued, TestCa};
 
 /// A free TCP port on loopback.

@@ -51,7 +51,11 @@ impl TestRedis {
             connect: Duration::from_secs(1),
             response: timeout,
         };
-        redis_conn::connect(&self.url, self.cluster, timeouts, None).expect("redis url")
+        let topology = match self.cluster {
+            true => redis_conn::Topology::Cluster,
+            false => redis_conn::Topology::Single,
+        };
+        redis_conn::connect(&self.url, &topology, timeouts, None).expect("redis url")
     }
 
     pub async fn conn(&self) -> redis::aio::MultiplexedConnection {

@@ -1,0 +1,86 @@
+//! Redis behind Sentinel: the relay (waiting for a replica), an inbox consumer and `tail` reach
+//! the master the Sentinel names and follow a failover by themselves while events flow:
+//! nothing lost or doubled, each key in order, no attempt spent.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use crate::support::*;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn relay_consumer_and_tail_follow_a_sentinel_failover_while_events_flow() {
+    let db = TestDb::new().await;
+    let mut master = OwnRedis::start();
+    let replicas = [OwnRedis::replica_of(&master), OwnRedis::replica_of(&master)];
+    let sentinel = OwnSentinel::watching(&master);
+    sentinel.wait_replicas(2);
+    // Every client gets the Sentinel's address, never a server's.
+    let redis = TestRedis::on(&sentinel.url());
+    let mut env = base_env(&db, &redis);
+    env.extend([
+        (
+            "OUTBOX__REDIS__SENTINEL_MASTER".to_string(),
+            MASTER.to_string(),
+        ),
+        ("OUTBOX__REDIS__WAIT_REPLICAS".into(), "1".into()),
+        ("OUTBOX__REDIS__WAIT_TIMEOUT".into(), "300ms".into()),
+        ("OUTBOX__GROUPS".into(), format!("t0:{EFFECTS_GROUP}")),
+    ]);
+    let relay = RelayProc::spawn("sentinel", &env);
+    relay.wait_ready(Duration::from_secs(20)).await;
+    let consumer = ExampleConsumer::spawn(
+        &db,
+        &redis,
+        "t0",
+        EFFECTS_GROUP,
+        "c1",
+        &["--sentinel-master", MASTER, "--claim-idle", "3s"],
+    );
+
+    let url = db.url.clone();
+    let producer = tokio::spawn(async move {
+        produce_rounds(&url, 0, 60, 25, 2, 20, Duration::from_millis(50)).await
+    });
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let old = master.port;
+    master.signal("-KILL");
+    master.stop();
+    let new = sentinel.wait_failover(old);
+    assert!(replicas.iter().any(|r| r.port == new));
+    producer.await.expect("producer");
+
+    db.wait_until_published(Duration::from_secs(60)).await;
+    let direct = TestRedis {
+        url: format!("redis://127.0.0.1:{new}"),
+        prefix: redis.prefix.clone(),
+        cluster: false,
+    };
+    assert_eq!(
+        assert_exactly_once(&direct, 2).await,
+        1500,
+        "the new master holds every event once, each key in order"
+    );
+    assert_eq!(
+        db.scalar("SELECT count(*) FROM outbox WHERE attempts > 0 OR dead_at IS NOT NULL")
+            .await,
+        0,
+        "no master for a while is an outage: no attempt spent"
+    );
+    relay.wait_ready(Duration::from_secs(20)).await;
+    wait_settled(&db, &direct, "t0", 750, 0).await;
+    assert_effects_exactly_once(&db, "t0").await;
+    assert!(
+        consumer.log().contains("c1"),
+        "the consumer ran: {}",
+        consumer.log()
+    );
+
+    // tail through the Sentinel.
+    let out = crate::tail::tail(&redis, &["t1", "--from", "0", "--count", "5"])
+        .env("OUTBOX__REDIS__SENTINEL_MASTER", MASTER)
+        .stdout(Stdio::piped())
+        .output()
+        .expect("tail");
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(crate::tail::lines(&out).len(), 5);
+}

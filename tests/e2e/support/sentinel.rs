@@ -1,0 +1,130 @@
+//! A Redis Sentinel of the test's own (`redis-server --sentinel`) on a free port, watching a
+//! master of the test's under the name [`MASTER`]; quick to decide (a master silent for a
+//! second is down), so a failover takes a few seconds.
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::{free_port, OwnRedis};
+
+/// The name the Sentinel monitors the master under.
+pub const MASTER: &str = "testmaster";
+
+/// A Sentinel process (killed on drop).
+pub struct OwnSentinel {
+    pub port: u16,
+    child: Child,
+    _dir: tempfile::TempDir,
+}
+
+impl OwnSentinel {
+    /// Starts a Sentinel monitoring `master` with a quorum of one.
+    pub fn watching(master: &OwnRedis) -> OwnSentinel {
+        let port = free_port();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let conf = dir.path().join("sentinel.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "port {port}\nbind 127.0.0.1\ndir {dir}\n\
+                 sentinel monitor {MASTER} 127.0.0.1 {master} 1\n\
+                 sentinel down-after-milliseconds {MASTER} 1000\n\
+                 sentinel failover-timeout {MASTER} 5000\n\
+                 sentinel parallel-syncs {MASTER} 2\n",
+                dir = dir.path().display(),
+                master = master.port,
+            ),
+        )
+        .expect("write sentinel.conf");
+        let child = Command::new("redis-server")
+            .arg(&conf)
+            .arg("--sentinel")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start redis-server --sentinel");
+        let me = OwnSentinel {
+            port,
+            child,
+            _dir: dir,
+        };
+        me.wait_master(master.port);
+        me
+    }
+
+    /// Waits until the Sentinel knows `n` replicas of the master (it needs them to fail over).
+    pub fn wait_replicas(&self, n: usize) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let known = redis::Client::open(self.url())
+                .and_then(|c| c.get_connection())
+                .and_then(|mut conn| {
+                    redis::cmd("SENTINEL")
+                        .arg("replicas")
+                        .arg(MASTER)
+                        .query::<Vec<redis::Value>>(&mut conn)
+                })
+                .map(|r| r.len())
+                .unwrap_or(0);
+            if known >= n {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the Sentinel knows {known} replicas, not {n}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// `redis://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// The master's port as this Sentinel names it, once it answers.
+    pub fn master_port(&self) -> Option<u16> {
+        let client = redis::Client::open(self.url()).ok()?;
+        let mut conn = client.get_connection().ok()?;
+        let addr: Vec<String> = redis::cmd("SENTINEL")
+            .arg("get-master-addr-by-name")
+            .arg(MASTER)
+            .query(&mut conn)
+            .ok()?;
+        addr.get(1)?.parse().ok()
+    }
+
+    /// Waits until the Sentinel names the master on `port` (after a failover: the promoted
+    /// replica's).
+    pub fn wait_master(&self, port: u16) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while self.master_port() != Some(port) {
+            assert!(
+                Instant::now() < deadline,
+                "the Sentinel does not name port {port} as master (it names {:?})",
+                self.master_port()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Waits until the Sentinel names a master other than the one on `old`; returns its port.
+    pub fn wait_failover(&self, old: u16) -> u16 {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            match self.master_port() {
+                Some(port) if port != old => return port,
+                _ => {}
+            }
+            assert!(Instant::now() < deadline, "no failover away from {old}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for OwnSentinel {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
