@@ -301,6 +301,13 @@ pub fn topic_outage_over(topic: &str, streak: u32) {
     tracing::info!(%topic, failed_publishes = streak, "topic reachable again");
 }
 
+/// How full Redis is (`used_memory / maxmemory` of the fullest master, 0 without a
+/// maxmemory), and whether publishing holds for it.
+pub fn redis_memory(ratio: f64, held: bool) {
+    gauge!("outbox_redis_memory_ratio").set(ratio);
+    gauge!("outbox_redis_memory_held").set(if held { 1.0 } else { 0.0 });
+}
+
 /// This replica quiets producers' NOTIFY and polls fast (true), or stopped doing so.
 pub fn producers_quiet(on: bool) {
     gauge!("outbox_producers_quiet").set(if on { 1.0 } else { 0.0 });

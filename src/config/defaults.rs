@@ -39,6 +39,7 @@ impl Default for RedisSettings {
             wait_replicas: 0,
             wait_timeout: Duration::from_secs(1),
             wait_fsync: false,
+            max_memory_ratio: 0.9,
             ca_file: None,
             client_cert_file: None,
             client_key_file: None,

@@ -81,6 +81,19 @@ const RULES: &[Rule] = &[
         },
     },
     Rule {
+        settings: &["redis.max_memory_ratio"],
+        check: |s| {
+            let r = s.redis.max_memory_ratio;
+            if r > 0.0 && r <= 1.0 {
+                Ok(())
+            } else {
+                Err(format!(
+                    "must be above 0 and at most 1 (a share of Redis's maxmemory), not {r}"
+                ))
+            }
+        },
+    },
+    Rule {
         settings: &["redis.sentinel_master", "redis.cluster"],
         check: |s| {
             match (&s.redis.sentinel_master, s.redis.cluster) {

@@ -101,6 +101,9 @@ pub struct RedisSettings {
     pub wait_timeout: Duration,
     /// The master must also have written the batch to its append-only file (`WAITAOF`).
     pub wait_fsync: bool,
+    /// Above this share of Redis's `maxmemory` (the fullest master's), publishing holds
+    /// (not ready) instead of running into OOM refusals; 1 holds only when Redis is full.
+    pub max_memory_ratio: f64,
     /// PEM file of the CA certificates that sign the Redis server's certificate (with a
     /// `rediss://` URL); without it, the system's CAs. The server's name must match its
     /// certificate either way.

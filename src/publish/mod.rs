@@ -15,6 +15,7 @@ pub mod inspect;
 pub mod keys;
 pub mod lost;
 pub mod marks;
+pub mod memory;
 pub mod script;
 
 use std::borrow::Cow;
@@ -271,6 +272,8 @@ pub struct Publisher {
     refused: Arc<Mutex<Option<durability::Unsupported>>>,
     /// How far each stream is known to reach.
     marks: Marks,
+    /// Redis is fuller than `redis.max_memory_ratio`: why nothing is sent.
+    memory_full: Arc<Mutex<Option<String>>>,
 }
 
 impl Publisher {
@@ -287,6 +290,7 @@ impl Publisher {
             config,
             refused: Arc::new(Mutex::new(unchecked)),
             marks: Marks::default(),
+            memory_full: Arc::default(),
         }
     }
 
@@ -325,9 +329,9 @@ impl Publisher {
         maxlen: Option<u64>,
         partitions: u32,
     ) -> Result<Vec<(Uuid, Outcome)>, PublishError> {
-        if let Some(refused) = self.refused() {
-            // Entries written now could never be confirmed: none is sent.
-            return Err(PublishError::Outage(refused.to_string()));
+        if let Some(held) = self.held() {
+            // Entries written now could never be confirmed, or would fill Redis: none is sent.
+            return Err(PublishError::Outage(held));
         }
         let mut reached = Vec::new();
         let outcomes = self
@@ -353,6 +357,23 @@ impl Publisher {
         let result = durability::check(&self.conn, self.config.durability).await;
         *self.refused.lock().unwrap_or_else(|p| p.into_inner()) = result.clone().err();
         result
+    }
+
+    /// Holds publishing while Redis is too full (`Some`: why), or lets it go on (`None`).
+    pub fn hold_for_memory(&self, why: Option<String>) {
+        *self.memory_full.lock().unwrap_or_else(|p| p.into_inner()) = why;
+    }
+
+    /// Why nothing may be sent now, if anything: Redis cannot confirm writes as the settings
+    /// ask (or was not checked yet), or it is fuller than `redis.max_memory_ratio`.
+    pub fn held(&self) -> Option<String> {
+        if let Some(refused) = self.refused() {
+            return Some(refused.to_string());
+        }
+        self.memory_full
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// Why nothing may be sent now: Redis cannot confirm writes as the settings ask (or was

@@ -126,8 +126,9 @@ impl From<diesel::result::Error> for CycleError {
 pub async fn run_once(deps: &CycleDeps) -> Result<CycleReport, CycleError> {
     super::faults::panic_at("cycle-panic");
     super::faults::stall_at("cycle-stall").await;
-    if deps.dispatchers.publisher().refused().is_some() {
-        // Nothing could be confirmed: claim nothing (readiness says why, once).
+    if deps.dispatchers.publisher().held().is_some() {
+        // Nothing could be confirmed, or Redis is too full: claim nothing (readiness says
+        // why, once).
         return Ok(CycleReport::default());
     }
     let started = Instant::now();

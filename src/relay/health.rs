@@ -25,6 +25,7 @@ pub struct Health {
     postgres_ok: AtomicBool,
     redis_ok: AtomicBool,
     durability_ok: AtomicBool,
+    memory_ok: AtomicBool,
     /// Milliseconds since `origin` of the last background check; 0: none yet.
     checked_at_ms: AtomicU64,
     /// Milliseconds since `origin` at which the last claim cycle ended.
@@ -44,6 +45,7 @@ impl Default for Health {
             postgres_ok: AtomicBool::new(false),
             redis_ok: AtomicBool::new(false),
             durability_ok: AtomicBool::new(true),
+            memory_ok: AtomicBool::new(true),
             checked_at_ms: AtomicU64::new(0),
             cycle_ended_ms: AtomicU64::new(0),
             pending: AtomicI64::new(-1),
@@ -61,6 +63,8 @@ pub struct Readiness {
     pub redis: bool,
     /// Redis can confirm writes as `redis.wait_fsync` asks (false: the log says why).
     pub durability: bool,
+    /// Redis is below `redis.max_memory_ratio` of its `maxmemory` (false: publishing holds).
+    pub memory: bool,
     /// The last claim cycle succeeded.
     pub relay: bool,
     /// Shutdown has begun.
@@ -72,7 +76,13 @@ pub struct Readiness {
 impl Readiness {
     /// Ready to take traffic.
     pub fn ready(&self) -> bool {
-        self.postgres && self.redis && self.durability && self.relay && self.fresh && !self.stopping
+        self.postgres
+            && self.redis
+            && self.durability
+            && self.memory
+            && self.relay
+            && self.fresh
+            && !self.stopping
     }
 }
 
@@ -114,6 +124,11 @@ impl Health {
         self.durability_ok.store(ok, Ordering::Relaxed);
     }
 
+    /// Whether Redis has room below `redis.max_memory_ratio`.
+    pub fn set_memory(&self, ok: bool) {
+        self.memory_ok.store(ok, Ordering::Relaxed);
+    }
+
     /// A fresh count of pending events.
     pub fn set_pending(&self, pending: i64) {
         self.pending.store(pending, Ordering::Relaxed);
@@ -138,6 +153,7 @@ impl Health {
             postgres: self.postgres_ok.load(Ordering::Relaxed),
             redis: self.redis_ok.load(Ordering::Relaxed),
             durability: self.durability_ok.load(Ordering::Relaxed),
+            memory: self.memory_ok.load(Ordering::Relaxed),
             relay: self.relay_ok.load(Ordering::Relaxed),
             stopping: self.stopping.load(Ordering::Relaxed),
             fresh: checked > 0 && age <= CHECK_FRESH_FOR,

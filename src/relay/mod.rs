@@ -216,6 +216,7 @@ fn start_periodic(wiring: &Wiring<'_>, heartbeat: Heartbeat, watched: &mut Watch
             db: wiring.admin_db.clone(),
             publisher: wiring.publisher.clone(),
             health: wiring.health.clone(),
+            max_memory_ratio: settings.redis.max_memory_ratio,
         },
         watched,
     );

@@ -28,6 +28,8 @@ pub struct ReadinessCheck {
     pub publisher: Publisher,
     /// Where the result goes.
     pub health: Arc<Health>,
+    /// `redis.max_memory_ratio`: above it, publishing holds.
+    pub max_memory_ratio: f64,
 }
 
 async fn postgres_ok(db: &Db) -> bool {
@@ -52,6 +54,45 @@ async fn durability_ok(check: &ReadinessCheck) -> bool {
     result.is_ok()
 }
 
+/// Share of the limit below which a hold for memory ends: a hold does not flap on and off
+/// around the limit.
+const RELEASE_BELOW: f64 = 0.98;
+
+/// Whether Redis has room: holds publishing above `redis.max_memory_ratio` of `maxmemory`
+/// (and lets it go once below 98% of that), logging each change once. A Redis that does not
+/// answer keeps the last verdict: its ping already says it is away.
+async fn memory_ok(check: &ReadinessCheck) -> bool {
+    let was = check.health.readiness().memory;
+    let Ok(ratio) = check.publisher.memory_ratio().await else {
+        return was;
+    };
+    let limit = check.max_memory_ratio;
+    let ratio_now = ratio.unwrap_or(0.0);
+    let ok = match was {
+        true => ratio_now < limit,
+        false => ratio_now < limit * RELEASE_BELOW,
+    };
+    crate::telemetry::redis_memory(ratio_now, !ok);
+    if ok != was {
+        if ok {
+            tracing::info!(
+                ratio = ratio_now,
+                "Redis has room again: publishing resumes"
+            );
+            check.publisher.hold_for_memory(None);
+        } else {
+            let why = format!(
+                "Redis uses {:.0}% of its maxmemory, above redis.max_memory_ratio ({:.0}%): publishing holds until it has room",
+                ratio_now * 100.0,
+                limit * 100.0
+            );
+            tracing::error!(ratio = ratio_now, "{why}");
+            check.publisher.hold_for_memory(Some(why));
+        }
+    }
+    ok
+}
+
 impl Job for ReadinessCheck {
     const ACTOR: ActorName = ActorName::Readiness;
     type Error = DbError;
@@ -65,8 +106,10 @@ impl Job for ReadinessCheck {
         async move {
             let (postgres, redis) = futures::join!(postgres_ok(&me.db), me.publisher.ping());
             let durable = !redis || durability_ok(&me).await;
+            let roomy = !redis || memory_ok(&me).await;
             me.health.checked(postgres, redis);
             me.health.set_durability(durable);
+            me.health.set_memory(roomy);
             Ok(())
         }
         .boxed()

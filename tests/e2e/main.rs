@@ -50,6 +50,7 @@ mod groups;
 mod inbox_batches;
 mod lease;
 mod loss;
+mod memory;
 mod ordering;
 mod outage;
 mod partitions;
