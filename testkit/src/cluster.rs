@@ -112,7 +112,7 @@ impl Node {
             Some(tls) => tls.server_args(&port),
             None => vec!["--port".into(), port.clone()],
         };
-        let child = Command::new("redis-server")
+        let child = Command::new(server_binary())
             .args(listen)
             .args(["--bind", "127.0.0.1", "--save", ""])
             .args(["--cluster-enabled", "yes", "--cluster-config-file", &conf])
@@ -285,4 +285,10 @@ impl Drop for LocalCluster {
             node.kill();
         }
     }
+}
+
+/// The server binary the nodes run: `OUTBOX_TEST_REDIS_SERVER` (Valkey's `valkey-server`, for
+/// `make test-valkey`) or `redis-server`.
+pub fn server_binary() -> String {
+    std::env::var("OUTBOX_TEST_REDIS_SERVER").unwrap_or_else(|_| "redis-server".into())
 }

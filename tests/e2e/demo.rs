@@ -16,7 +16,12 @@ async fn demo_creates_its_database_and_shows_the_whole_pipeline() {
     };
     let redis = TestRedis::shared();
     let port = free_port();
-    let mut child = Command::new(BIN)
+    let mut demo = Command::new(BIN);
+    if std::env::var_os("OUTBOX_TEST_REDIS_URL").is_some() {
+        // make test-valkey: the demo's default Redis is not the one under test.
+        demo.env("REDIS_URL", &redis.url);
+    }
+    let mut child = demo
         .args(["demo", "--rate", "200", "--database-url", &db.url])
         .args(["--admin-addr", &format!("127.0.0.1:{port}")])
         .env("OUTBOX__REDIS__STREAM_PREFIX", &redis.prefix)

@@ -30,7 +30,7 @@ pub use self::http::{form, Http, Resp};
 pub use self::pgbouncer::PgBouncer;
 pub use self::process::Logged;
 pub use self::proxy::Proxy;
-pub use self::redis::{valkey_server, OwnRedis, TestRedis};
+pub use self::redis::{server_binary, valkey_server, OwnRedis, TestRedis};
 pub use self::relay::{base_env, RelayProc, TokenRelay, ADMIN_TOKEN, BIN, READ_ONLY_TOKEN};
 pub use self::sentinel::{OwnSentinel, MASTER};
 pub use self::tls::{Issued, TestCa};

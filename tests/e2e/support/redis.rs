@@ -14,6 +14,18 @@ use super::tls::Issued;
 
 const REDIS_URL: &str = "redis://127.0.0.1:6379";
 
+/// The shared server of the tests: `OUTBOX_TEST_REDIS_URL` (a Valkey, for `make test-valkey`)
+/// or the local Redis on 6379.
+fn shared_url() -> String {
+    std::env::var("OUTBOX_TEST_REDIS_URL").unwrap_or_else(|_| REDIS_URL.into())
+}
+
+/// The server binary the tests start: `OUTBOX_TEST_REDIS_SERVER` (Valkey's, for `make
+/// test-valkey`) or `redis-server`.
+pub fn server_binary() -> String {
+    outbox_testkit::cluster::server_binary()
+}
+
 /// A Redis key prefix of its own; keys under it are deleted on drop (on a single server: a
 /// test cluster goes away as a whole).
 pub struct TestRedis {
@@ -25,7 +37,7 @@ pub struct TestRedis {
 
 impl TestRedis {
     pub fn shared() -> TestRedis {
-        TestRedis::on(REDIS_URL)
+        TestRedis::on(&shared_url())
     }
 
     pub fn on(url: &str) -> TestRedis {
@@ -165,7 +177,7 @@ pub fn valkey_server() -> String {
 
 impl OwnRedis {
     pub fn start() -> OwnRedis {
-        OwnRedis::start_with("redis-server", &[])
+        OwnRedis::start_with(&server_binary(), &[])
     }
 
     /// `binary` (redis-server or valkey-server) with `args` beyond the port, bind address and
@@ -267,7 +279,7 @@ impl OwnRedis {
             dir: tempfile::tempdir().expect("tempdir"),
             args,
             tls: true,
-            binary: "redis-server".into(),
+            binary: server_binary(),
         };
         me.restart();
         me.wait_listening();

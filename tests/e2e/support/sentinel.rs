@@ -36,7 +36,7 @@ impl OwnSentinel {
             ),
         )
         .expect("write sentinel.conf");
-        let child = Command::new("redis-server")
+        let child = Command::new(super::server_binary())
             .arg(&conf)
             .arg("--sentinel")
             .stdout(Stdio::null())
