@@ -33,6 +33,7 @@ pub mod latency;
 pub mod machine;
 pub mod percentiles;
 pub mod reference;
+pub mod replicated;
 pub mod report;
 pub mod rounds;
 pub mod tls;

@@ -173,7 +173,11 @@ impl Report {
             .and_then(|(e2e, relay)| {
                 Ratio::between("fleet: end to end / relay-only drain", e2e, relay)
             });
-        self.ratios = tls.into_iter().chain(fleet).collect();
+        let durability = self
+            .find("durability: wait_replicas")
+            .zip(self.find("durability: no wait"))
+            .and_then(|(wait, none)| Ratio::between("wait_replicas=1 / no wait drain", wait, none));
+        self.ratios = tls.into_iter().chain(fleet).chain(durability).collect();
         let Some(ours) = self.find("drain (keep") else {
             return;
         };

@@ -5,6 +5,7 @@
 use outbox_testkit::cluster::{LocalCluster, Persistence};
 
 use crate::harness::{self, BenchEnv, Drain, Shape};
+use crate::replicated::Replicated;
 use crate::tls::TlsServers;
 use crate::{endtoend, reference, BenchOptions, Report};
 
@@ -13,6 +14,8 @@ const CEILING: &str = "ceiling: relay SQL, no Redis";
 /// The TLS scenario's two sides.
 const TLS_OFF: &str = "tls: off (own Redis, sslmode=disable)";
 const TLS_ON: &str = "tls: on (rediss, sslmode=require)";
+const NO_WAIT: &str = "durability: no wait (own Redis + 1 replica)";
+const WAIT_ONE: &str = "durability: wait_replicas = 1 (own Redis + 1 replica)";
 
 /// The end-to-end drain's name: producer commit to consumer effect, inbox on.
 const E2E_DRAIN: &str = "end to end: drain to inbox consumers";
@@ -73,6 +76,8 @@ fn median(results: Vec<anyhow::Result<Drain>>) -> anyhow::Result<(Drain, Vec<f64
 /// has a stream prefix of its own); `None` when the scenario is not selected.
 struct Rigs {
     tls: Option<anyhow::Result<TlsServers>>,
+    /// A master with one replica, for the durability scenario.
+    replicated: Option<anyhow::Result<Replicated>>,
     /// Fresh redis-servers without persistence, like the bench's Redis, and the bench
     /// environment on them.
     cluster: Option<anyhow::Result<(BenchEnv, LocalCluster)>>,
@@ -82,6 +87,7 @@ impl Rigs {
     fn start(options: &BenchOptions, env: &BenchEnv) -> Rigs {
         Rigs {
             tls: options.wants("tls").then(TlsServers::start),
+            replicated: options.wants("durability").then(Replicated::start),
             cluster: options.wants("cluster").then(|| {
                 LocalCluster::start(CLUSTER_MASTERS, Persistence::None)
                     .map(|c| (env.on_cluster(&c.seeds()), c))
@@ -160,6 +166,26 @@ async fn one_round(
         for on in sides {
             let r = Rigs::tls_drain(servers, env, on, n).await;
             runs.add(if on { TLS_ON } else { TLS_OFF }, r);
+        }
+    }
+    if let Some(servers) = &rigs.replicated {
+        let sides = if round.is_multiple_of(2) {
+            [false, true]
+        } else {
+            [true, false]
+        };
+        for wait in sides {
+            let r = match servers {
+                Ok(servers) => {
+                    let extra: &[(&str, &str)] = match wait {
+                        true => &[("OUTBOX__REDIS__WAIT_REPLICAS", "1")],
+                        false => &[],
+                    };
+                    harness::drain(&servers.env(env), n, 1, Shape::Mixed, extra).await
+                }
+                Err(e) => Err(anyhow::anyhow!("replicated servers: {e:#}")),
+            };
+            runs.add(if wait { WAIT_ONE } else { NO_WAIT }, r);
         }
     }
     if options.wants("baseline") {

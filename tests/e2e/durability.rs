@@ -39,12 +39,7 @@ async fn a_failover_to_a_lagging_replica_loses_nothing_when_the_relay_waits_for_
 
     // The replica falls behind: its link is cut, the master takes the writes alone.
     link.hold();
-    db.exec(
-        "INSERT INTO outbox (topic, payload, partition_key)
-         SELECT 't' || (i % 2), jsonb_build_object('n', i), 'k' || (i % 10)
-         FROM generate_series(1001, 1300) AS i ORDER BY i",
-    )
-    .await;
+    insert_range(&db, 1001, 1300, 2, 10).await;
     relay
         .http()
         .wait_metric(

@@ -7,33 +7,10 @@ use std::time::Duration;
 
 use crate::support::*;
 
-/// Inserts events `from..=to` (payload `n`) on topics t0, t1 and ten keys.
-async fn produce(db: &TestDb, from: i64, to: i64) {
-    db.exec(&format!(
-        "INSERT INTO outbox (topic, payload, partition_key)
-         SELECT 't' || (i % 2), jsonb_build_object('n', i), 'k' || (i % 10)
-         FROM generate_series({from}, {to}) AS i ORDER BY i"
-    ))
-    .await;
-}
-
-/// The payload `n` of each entry of `topic`, in stream order.
-async fn order(redis: &TestRedis, topic: &str) -> Vec<i64> {
-    redis
-        .entries(topic)
-        .await
-        .iter()
-        .map(|e| {
-            let payload: serde_json::Value = serde_json::from_str(&e["payload"]).expect("json");
-            payload["n"].as_i64().expect("n")
-        })
-        .collect()
-}
-
 /// Every event of `lost` (a range of `n`) comes before every event of `newer` in each topic.
 async fn assert_lost_before_newer(redis: &TestRedis, lost: (i64, i64), newer: (i64, i64)) {
     for topic in ["t0", "t1"] {
-        let order = order(redis, topic).await;
+        let order = payload_order(redis, topic).await;
         let last_lost = order
             .iter()
             .rposition(|n| (lost.0..=lost.1).contains(n))
@@ -56,10 +33,10 @@ async fn a_restart_from_an_older_snapshot_is_noticed_and_repaired() {
     let redis = TestRedis::on(&server.url());
     let relay = RelayProc::spawn("snapshot", &base_env(&db, &redis));
     relay.wait_ready(Duration::from_secs(20)).await;
-    produce(&db, 1, 200).await;
+    insert_range(&db, 1, 200, 2, 10).await;
     db.wait_until_published(Duration::from_secs(30)).await;
     let _: () = server.query(&redis::cmd("SAVE"));
-    produce(&db, 1001, 1300).await;
+    insert_range(&db, 1001, 1300, 2, 10).await;
     db.wait_until_published(Duration::from_secs(30)).await;
 
     // Redis dies and comes back from the snapshot: the 300 later entries are gone, and
@@ -69,7 +46,7 @@ async fn a_restart_from_an_older_snapshot_is_noticed_and_repaired() {
     server.restart();
     assert_eq!(redis.xlen("t0").await + redis.xlen("t1").await, 200);
 
-    produce(&db, 2001, 2100).await;
+    insert_range(&db, 2001, 2100, 2, 10).await;
     db.wait_until_published(Duration::from_secs(30)).await;
     assert_eq!(
         assert_exactly_once(&redis, 2).await,
@@ -115,13 +92,13 @@ async fn a_failover_to_a_lagging_replica_without_waiting_is_repaired() {
     let redis = TestRedis::on(&proxy.url());
     let relay = RelayProc::spawn("nowait", &base_env(&db, &redis));
     relay.wait_ready(Duration::from_secs(20)).await;
-    produce(&db, 1, 200).await;
+    insert_range(&db, 1, 200, 2, 10).await;
     db.wait_until_published(Duration::from_secs(30)).await;
 
     // The replica lags (its link cut); the relay does not wait for it, so it marks the 300
     // published.
     link.hold();
-    produce(&db, 1001, 1300).await;
+    insert_range(&db, 1001, 1300, 2, 10).await;
     db.wait_until_published(Duration::from_secs(30)).await;
 
     master.signal("-KILL");
@@ -129,7 +106,7 @@ async fn a_failover_to_a_lagging_replica_without_waiting_is_repaired() {
     let _: () = replica.query(redis::cmd("REPLICAOF").arg("NO").arg("ONE"));
     proxy.switch(replica.port);
 
-    produce(&db, 2001, 2100).await;
+    insert_range(&db, 2001, 2100, 2, 10).await;
     db.wait_until_published(Duration::from_secs(60)).await;
     let direct = TestRedis {
         url: replica.url(),
@@ -143,5 +120,37 @@ async fn a_failover_to_a_lagging_replica_without_waiting_is_repaired() {
             .await,
         2,
         "each stream's loss is in the audit log"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn what_retention_already_deleted_is_reported_not_repaired() {
+    let db = TestDb::new().await;
+    let mut server = OwnRedis::start();
+    let redis = TestRedis::on(&server.url());
+    let mut env = base_env(&db, &redis);
+    // Rows are deleted as they are published: nothing is left to publish again.
+    env.push(("OUTBOX__RETENTION__PUBLISHED_FOR".into(), "0s".into()));
+    let relay = RelayProc::spawn("deleted", &env);
+    relay.wait_ready(Duration::from_secs(20)).await;
+    insert_range(&db, 1, 100, 1, 10).await;
+    db.wait_for("SELECT count(*) FROM outbox", 0, Duration::from_secs(30))
+        .await;
+    server.stop();
+    server.restart();
+    insert_range(&db, 1001, 1010, 1, 10).await;
+    db.wait_for("SELECT count(*) FROM outbox", 0, Duration::from_secs(30))
+        .await;
+    assert_eq!(redis.xlen("t0").await, 10, "only what came after");
+    let log = relay.log();
+    assert!(
+        log.contains("redis lost entries the relay had appended")
+            && log.contains("cannot be published again"),
+        "the loss and what cannot be repaired are reported: {log}"
+    );
+    assert_eq!(
+        db.scalar("SELECT count(*) FROM outbox_audit WHERE action = 'redis-loss'")
+            .await,
+        1
     );
 }

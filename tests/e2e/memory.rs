@@ -45,12 +45,7 @@ async fn a_full_redis_holds_publishing_until_it_has_room() {
             .is_some_and(|r| r > 0.5),
         "the ratio is exported"
     );
-    db.exec(
-        "INSERT INTO outbox (topic, payload, partition_key)
-         SELECT 't0', jsonb_build_object('n', i), 'k' || (i % 5)
-         FROM generate_series(1001, 1100) AS i ORDER BY i",
-    )
-    .await;
+    insert_range(&db, 1001, 1100, 1, 5).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(
         db.pending().await,

@@ -27,12 +27,7 @@ async fn redis_outage_burns_no_attempts_and_recovers() {
         "alive while not ready"
     );
     let failed = relay.outage_cycles();
-    db.exec(
-        "INSERT INTO outbox (topic, payload, partition_key)
-         SELECT 't' || (i % 2), jsonb_build_object('n', i), 'k' || (i % 10)
-         FROM generate_series(1001, 1300) AS i ORDER BY i",
-    )
-    .await;
+    insert_range(&db, 1001, 1300, 2, 10).await;
     // Only a cycle that claimed the new events can fail (an empty claim never reaches Redis):
     // two of them, the second after the claim loop's backoff, have rolled back.
     relay
@@ -53,15 +48,7 @@ async fn redis_outage_burns_no_attempts_and_recovers() {
     // publish and published the 200 lost events again, each once, before the 300 newer ones.
     assert_eq!(assert_exactly_once(&redis, 2).await, 500);
     for topic in ["t0", "t1"] {
-        let order: Vec<i64> = redis
-            .entries(topic)
-            .await
-            .iter()
-            .map(|e| {
-                let payload: serde_json::Value = serde_json::from_str(&e["payload"]).expect("json");
-                payload["n"].as_i64().expect("n")
-            })
-            .collect();
+        let order = payload_order(&redis, topic).await;
         let first_new = order.iter().position(|n| *n > 1000).expect("new events");
         assert!(
             order[first_new..].iter().all(|n| *n > 1000) && first_new == 100,

@@ -84,3 +84,39 @@ async fn relay_consumer_and_tail_follow_a_sentinel_failover_while_events_flow() 
     assert!(out.status.success(), "{out:?}");
     assert_eq!(crate::tail::lines(&out).len(), 5);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sentinels_with_a_password_of_their_own_and_a_master_with_another() {
+    let db = TestDb::new().await;
+    let master = OwnRedis::start_with(&server_binary(), &["--requirepass", "master-pw"]);
+    let sentinel = OwnSentinel::watching_with(&master, Some("master-pw"), Some("sentinel-pw"));
+    let redis = TestRedis::on(&format!("redis://:master-pw@127.0.0.1:{}", sentinel.port));
+    let mut env = base_env(&db, &redis);
+    env.push(("OUTBOX__REDIS__SENTINEL_MASTER".into(), MASTER.into()));
+    env.push((
+        "OUTBOX__REDIS__SENTINEL_PASSWORD".into(),
+        "sentinel-pw".into(),
+    ));
+    let relay = RelayProc::spawn("sentinel-auth", &env);
+    relay.wait_ready(Duration::from_secs(20)).await;
+    insert_events(&db, 50, 1, 5).await;
+    db.wait_until_published(Duration::from_secs(30)).await;
+    let direct = TestRedis {
+        url: format!("redis://:master-pw@127.0.0.1:{}", master.port),
+        prefix: redis.prefix.clone(),
+        cluster: false,
+    };
+    assert_eq!(assert_exactly_once(&direct, 1).await, 50);
+
+    // A wrong Sentinel password: never ready, and the log says why.
+    let mut wrong = env.clone();
+    wrong.retain(|(k, _)| k != "OUTBOX__REDIS__SENTINEL_PASSWORD");
+    wrong.push(("OUTBOX__REDIS__SENTINEL_PASSWORD".into(), "nope".into()));
+    let refused = RelayProc::spawn("sentinel-wrong", &wrong);
+    refused
+        .http()
+        .wait_status("/healthz", 200, Duration::from_secs(20))
+        .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(refused.http().status("/readyz"), 503);
+}

@@ -21,6 +21,31 @@ pub async fn insert_events(db: &TestDb, n: usize, topics: usize, keys: usize) {
     .await;
 }
 
+/// Inserts events with payload `n` from `from` to `to` (one statement, in `n` order) on
+/// `topics` topics t0.. and `keys` keys k0..: ranges that do not overlap keep per-key order
+/// checkable across several calls.
+pub async fn insert_range(db: &TestDb, from: i64, to: i64, topics: usize, keys: usize) {
+    db.exec(&format!(
+        "INSERT INTO outbox (topic, payload, partition_key)
+         SELECT 't' || (i % {topics}), jsonb_build_object('n', i), 'k' || (i % {keys})
+         FROM generate_series({from}, {to}) AS i ORDER BY i"
+    ))
+    .await;
+}
+
+/// The payload `n` of each entry of `topic`, in stream order.
+pub async fn payload_order(redis: &TestRedis, topic: &str) -> Vec<i64> {
+    redis
+        .entries(topic)
+        .await
+        .iter()
+        .map(|e| {
+            let payload: serde_json::Value = serde_json::from_str(&e["payload"]).expect("json");
+            payload["n"].as_i64().expect("n")
+        })
+        .collect()
+}
+
 /// Checks that within each key the stream holds events in insertion order, using the payload
 /// field `n` (increasing per key in insertion order). Each producer counts in its own
 /// million (`n / 1_000_000`): only one producer's transactions are ordered among themselves.

@@ -25,7 +25,10 @@ pub use self::consumers::{
     wait_until, xadd_event, xadd_event_at, Chaos, ExampleConsumer, CHAOS_ARGS, EFFECTS_GROUP,
 };
 pub use self::db::{OwnPostgres, TestDb};
-pub use self::events::{assert_exactly_once, assert_per_key_order, insert_events, produce_rounds};
+pub use self::events::{
+    assert_exactly_once, assert_per_key_order, insert_events, insert_range, payload_order,
+    produce_rounds,
+};
 pub use self::http::{form, Http, Resp};
 pub use self::pgbouncer::PgBouncer;
 pub use self::process::Logged;

@@ -335,8 +335,11 @@ impl OwnRedis {
         while Instant::now() < deadline {
             if let Ok(c) = redis::Client::open(self.url()) {
                 if let Ok(mut conn) = c.get_connection() {
-                    if redis::cmd("PING").query::<String>(&mut conn).is_ok() {
-                        return;
+                    match redis::cmd("PING").query::<String>(&mut conn) {
+                        // A server with `requirepass` answers too: it is up.
+                        Ok(_) => return,
+                        Err(e) if e.to_string().contains("NOAUTH") => return,
+                        Err(_) => {}
                     }
                 }
             }

@@ -15,12 +15,31 @@ pub struct OwnSentinel {
     pub port: u16,
     child: Child,
     _dir: tempfile::TempDir,
+    /// What the Sentinel wants from its clients.
+    password: Option<String>,
 }
 
 impl OwnSentinel {
     /// Starts a Sentinel monitoring `master` with a quorum of one.
     pub fn watching(master: &OwnRedis) -> OwnSentinel {
+        OwnSentinel::watching_with(master, None, None)
+    }
+
+    /// As [`OwnSentinel::watching`], for a master that wants `master_password`, the
+    /// Sentinel itself wanting `own_password` from its clients.
+    pub fn watching_with(
+        master: &OwnRedis,
+        master_password: Option<&str>,
+        own_password: Option<&str>,
+    ) -> OwnSentinel {
         let port = free_port();
+        let mut auth = String::new();
+        if let Some(pw) = master_password {
+            auth.push_str(&format!("sentinel auth-pass {MASTER} {pw}\n"));
+        }
+        if let Some(pw) = own_password {
+            auth.push_str(&format!("requirepass {pw}\n"));
+        }
         let dir = tempfile::tempdir().expect("tempdir");
         let conf = dir.path().join("sentinel.conf");
         std::fs::write(
@@ -30,7 +49,7 @@ impl OwnSentinel {
                  sentinel monitor {MASTER} 127.0.0.1 {master} 1\n\
                  sentinel down-after-milliseconds {MASTER} 1000\n\
                  sentinel failover-timeout {MASTER} 5000\n\
-                 sentinel parallel-syncs {MASTER} 2\n",
+                 sentinel parallel-syncs {MASTER} 2\n{auth}",
                 dir = dir.path().display(),
                 master = master.port,
             ),
@@ -47,6 +66,7 @@ impl OwnSentinel {
             port,
             child,
             _dir: dir,
+            password: own_password.map(str::to_string),
         };
         me.wait_master(master.port);
         me
@@ -56,16 +76,16 @@ impl OwnSentinel {
     pub fn wait_replicas(&self, n: usize) {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            let known = redis::Client::open(self.url())
-                .and_then(|c| c.get_connection())
+            let known = self
+                .conn()
                 .and_then(|mut conn| {
                     redis::cmd("SENTINEL")
                         .arg("replicas")
                         .arg(MASTER)
                         .query::<Vec<redis::Value>>(&mut conn)
+                        .ok()
                 })
-                .map(|r| r.len())
-                .unwrap_or(0);
+                .map_or(0, |r| r.len());
             if known >= n {
                 return;
             }
@@ -82,10 +102,18 @@ impl OwnSentinel {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
+    /// A connection to the Sentinel, authenticated if it wants a password.
+    fn conn(&self) -> Option<redis::Connection> {
+        let url = match &self.password {
+            Some(pw) => format!("redis://:{pw}@127.0.0.1:{}", self.port),
+            None => self.url(),
+        };
+        redis::Client::open(url).ok()?.get_connection().ok()
+    }
+
     /// The master's port as this Sentinel names it, once it answers.
     pub fn master_port(&self) -> Option<u16> {
-        let client = redis::Client::open(self.url()).ok()?;
-        let mut conn = client.get_connection().ok()?;
+        let mut conn = self.conn()?;
         let addr: Vec<String> = redis::cmd("SENTINEL")
             .arg("get-master-addr-by-name")
             .arg(MASTER)
