@@ -57,6 +57,9 @@ fn bench_runs_every_scenario_and_writes_json() {
         "tls: off",
         "tls: on",
         "TLS / plain drain",
+        "durability: no wait",
+        "durability: wait_replicas = 1",
+        "wait_replicas=1 / no wait drain",
         "redis cluster: 3 masters",
         "cluster / single node",
         "end to end: drain to inbox consumers",
@@ -78,7 +81,7 @@ fn bench_runs_every_scenario_and_writes_json() {
     let report: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(json.path()).expect("read")).expect("json");
     let figures = report["figures"].as_array().expect("figures");
-    assert_eq!(figures.len(), 21);
+    assert_eq!(figures.len(), 23);
     // Every measured span says what it cost the machine: cores busy (of this machine's) and
     // Redis CPU, so a speed figure can be read against saturation.
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
