@@ -133,7 +133,9 @@ pub fn install_metrics() -> Option<PrometheusHandle> {
 pub fn topic_known(topic: &str) {
     counter!("outbox_events_published_total", "topic" => topic.to_string()).increment(0);
     counter!("outbox_topic_outages_total", "topic" => topic.to_string()).increment(0);
-    gauge!("outbox_topic_down", "topic" => topic.to_string()).set(0.0);
+    // Made to exist, not set: the backlog sampler calls this every few seconds, and a topic
+    // that is down must stay down until a publish succeeds.
+    gauge!("outbox_topic_down", "topic" => topic.to_string()).increment(0.0);
     counter!("outbox_redis_lost_entries_total", "topic" => topic.to_string()).increment(0);
 }
 

@@ -1,11 +1,10 @@
 //! Keeps the streams' marks (the last entry id appended to each) in `outbox_stream_marks`, so
-//! a relay that restarts still notices a stream that lost entries while it was away: loads
-//! them on its first run, then saves the marks that rose, once a second (one small upsert per
-//! stream, not a write per event). It also lifts a repaired topic's barrier once its lost
+//! a relay that restarts still notices a stream that lost entries while it was away, and so
+//! does every replica for entries another one appended: once a second it saves the marks that
+//! rose (one small upsert per stream, not a write per event) and reads back every stored mark
+//! (a higher one wins). It also lifts a repaired topic's barrier once its lost
 //! events are all published again (see `relay::repair`).
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
@@ -26,8 +25,6 @@ pub struct MarksKeeper {
     pub db: Db,
     /// Whose marks.
     pub publisher: Publisher,
-    /// The stored marks were read into the publisher.
-    pub loaded: Arc<AtomicBool>,
 }
 
 impl Job for MarksKeeper {
@@ -42,11 +39,6 @@ impl Job for MarksKeeper {
         let me = self.clone();
         async move {
             let marks = me.publisher.marks();
-            if !me.loaded.load(Ordering::Relaxed) {
-                let stored = me.db.unit(async |c| stream_marks::load(c).await).await?;
-                marks.load(stored);
-                me.loaded.store(true, Ordering::Relaxed);
-            }
             let released = me.db.unit(async |c| topics::release_repaired(c).await).await?;
             for topic in released {
                 tracing::info!(%topic, "lost events published again; the topic's newer events flow");
@@ -60,6 +52,8 @@ impl Job for MarksKeeper {
                 marks.unsaved_again(unsaved);
                 return Err(e);
             }
+            let stored = me.db.unit(async |c| stream_marks::load(c).await).await?;
+            marks.load(stored);
             Ok(())
         }
         .boxed()

@@ -207,7 +207,6 @@ fn start_periodic(wiring: &Wiring<'_>, heartbeat: Heartbeat, watched: &mut Watch
         marks::MarksKeeper {
             db: wiring.db.clone(),
             publisher: wiring.publisher.clone(),
-            loaded: Arc::default(),
         },
         watched,
     );
