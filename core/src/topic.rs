@@ -5,6 +5,11 @@
 /// The rule in words, for error messages.
 pub const RULE: &str = "1 to 255 characters, no whitespace or control characters";
 
+/// The rule as a JSON Schema (ECMA-262 and Python `re`) pattern, for the API's OpenAPI
+/// document; lengths are `minLength`/`maxLength` there, which count characters as this does.
+pub const PATTERN: &str =
+    r"^[^\x00-\x20\x7f-\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+$";
+
 /// A topic that breaks [`RULE`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid topic {0:?}: {RULE}")]
@@ -27,6 +32,46 @@ pub fn check(topic: &str) -> Result<(), InvalidTopic> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The characters [`PATTERN`] refuses, as ranges: whitespace and control characters.
+    const REFUSED: [(u32, u32); 8] = [
+        (0x00, 0x20),
+        (0x7f, 0xa0),
+        (0x1680, 0x1680),
+        (0x2000, 0x200a),
+        (0x2028, 0x2029),
+        (0x202f, 0x202f),
+        (0x205f, 0x205f),
+        (0x3000, 0x3000),
+    ];
+
+    #[test]
+    fn the_pattern_refuses_exactly_the_characters_the_rule_refuses() {
+        for c in (0..0x11_0000).filter_map(char::from_u32) {
+            let refused = REFUSED
+                .iter()
+                .any(|(lo, hi)| (*lo..=*hi).contains(&(c as u32)));
+            assert_eq!(
+                refused,
+                c.is_whitespace() || c.is_control(),
+                "{:#x}",
+                c as u32
+            );
+        }
+        let escape = |n: u32| match n {
+            0..=0xff => format!("\\x{n:02x}"),
+            _ => format!("\\u{n:04x}"),
+        };
+        let class: String = REFUSED
+            .iter()
+            .map(|&(lo, hi)| match lo == hi {
+                true => escape(lo),
+                false if hi == lo + 1 => format!("{}{}", escape(lo), escape(hi)),
+                false => format!("{}-{}", escape(lo), escape(hi)),
+            })
+            .collect();
+        assert_eq!(PATTERN, format!("^[^{class}]+$"));
+    }
 
     #[test]
     fn the_rule_counts_characters_and_refuses_blanks() {

@@ -6,7 +6,7 @@
 
 use chrono::{DateTime, Utc};
 use diesel::pg::Pg;
-use diesel::sql_types::{BigInt, Bool, Double, Integer, Jsonb, Nullable, Text, Timestamptz};
+use diesel::sql_types::{BigInt, Bool, Double, Integer, Nullable, Text, Timestamptz};
 use diesel::QueryableByName;
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use uuid::Uuid;
@@ -28,12 +28,13 @@ pub struct EventRow {
     /// Ordering key.
     #[diesel(sql_type = Nullable<Text>)]
     pub partition_key: Option<String>,
-    /// The body.
-    #[diesel(sql_type = Jsonb)]
-    pub payload: serde_json::Value,
-    /// Metadata passed through.
-    #[diesel(sql_type = Nullable<Jsonb>)]
-    pub headers: Option<serde_json::Value>,
+    /// The body, as the JSON text Postgres holds: read as text, not parsed, so a number
+    /// no `f64` holds (which an application may well have written) is shown as stored.
+    #[diesel(sql_type = Text)]
+    pub payload: String,
+    /// Metadata passed through, as JSON text.
+    #[diesel(sql_type = Nullable<Text>)]
+    pub headers: Option<String>,
     /// When the producer wrote it.
     #[diesel(sql_type = Timestamptz)]
     pub created_at: DateTime<Utc>,
@@ -59,7 +60,7 @@ pub struct EventRow {
 
 /// The columns of an [`EventRow`].
 pub(crate) const EVENT_COLUMNS: &str =
-    "id, seq, topic, partition_key, payload, headers, created_at, \
+    "id, seq, topic, partition_key, payload::text AS payload, headers::text AS headers, created_at, \
      available_at, published_at, attempts, last_error, dead_at, discarded_at";
 
 /// Which rows a list shows.

@@ -113,9 +113,24 @@ pub fn check_topic(topic: &str) -> Result<(), ActionError> {
     }
 }
 
+/// Checks a text a query compares with a column: Postgres refuses a NUL in any text, and
+/// that refusal must read as bad input, not as Postgres being away.
+pub fn check_text(field: &'static str, text: Option<&str>) -> Result<(), ActionError> {
+    match text {
+        Some(t) if t.contains('\0') => Err(ActionError::Nul(field)),
+        _ => Ok(()),
+    }
+}
+
 /// Checks a dead-letter filter; the pages and lists that show what an action would take use
 /// it too, so they refuse the filters the action refuses.
 pub fn check_dead_filter(filter: &DeadFilter) -> Result<(), ActionError> {
+    if let Some(topic) = &filter.topic {
+        check_topic(topic)?;
+    }
+    check_text("key", filter.partition_key.as_deref())?;
+    check_text("error", filter.error_contains.as_deref())?;
+    check_text("fingerprint", filter.fingerprint.as_deref())?;
     match (filter.dead_after, filter.dead_before) {
         (Some(after), Some(before)) if after >= before => {
             Err(ActionError::EmptyRange { after, before })

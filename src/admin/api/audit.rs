@@ -39,7 +39,7 @@ pub struct AuditPage {
 }
 
 /// The audit log, newest first.
-#[utoipa::path(get, path = "/api/v1/audit", tag = "audit", params(Page),
+#[utoipa::path(get, path = "/api/v1/audit", tag = "audit", operation_id = "listAudit", params(Page),
     responses((status = 200, body = AuditPage), (status = 400), (status = 401), (status = 503)))]
 pub async fn list(state: web::Data<AdminState>, page: web::Query<Page>) -> ApiResult<HttpResponse> {
     let limit = page.limit()?;

@@ -6,6 +6,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
+use super::body::Object;
 use super::error::ApiResult;
 use crate::admin::actions::check_dead_filter;
 use crate::admin::caller::Caller;
@@ -18,16 +19,33 @@ use crate::db::dead::{self, DeadAction, DeadFilter};
 #[into_params(parameter_in = Query)]
 pub struct Filter {
     /// Only this topic.
+    #[param(
+        min_length = 1,
+        max_length = 255,
+        pattern = "^[^\\x00-\\x20\\x7f-\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]+$"
+    )]
+    #[schema(
+        min_length = 1,
+        max_length = 255,
+        pattern = "^[^\\x00-\\x20\\x7f-\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]+$"
+    )]
     pub topic: Option<String>,
     /// Only this partition key.
+    #[param(pattern = "^[^\\x00]*$")]
+    #[schema(pattern = "^[^\\x00]*$")]
     pub key: Option<String>,
     /// `last_error` contains this text (case-insensitive).
+    #[param(pattern = "^[^\\x00]*$")]
+    #[schema(pattern = "^[^\\x00]*$")]
     pub error: Option<String>,
     /// `last_error` has this fingerprint (from `GET /api/v1/dead/groups`).
+    #[param(pattern = "^[^\\x00]*$")]
+    #[schema(pattern = "^[^\\x00]*$")]
     pub fingerprint: Option<String>,
-    /// Dead at or after this time (RFC 3339).
+    /// Dead at or after this time (RFC 3339); before `dead_before` when both are given
+    /// (else 400).
     pub dead_after: Option<DateTime<Utc>>,
-    /// Dead before this time (RFC 3339).
+    /// Dead before this time (RFC 3339); after `dead_after` when both are given (else 400).
     pub dead_before: Option<DateTime<Utc>>,
 }
 
@@ -89,7 +107,7 @@ pub struct ErrorGroup {
 }
 
 /// Dead letters grouped by error fingerprint, largest group first (at most 1000 groups).
-#[utoipa::path(get, path = "/api/v1/dead/groups", tag = "dead", params(Filter),
+#[utoipa::path(get, path = "/api/v1/dead/groups", tag = "dead", operation_id = "listDeadGroups", params(Filter),
     responses((status = 200, body = [ErrorGroup]), (status = 400), (status = 401), (status = 503)))]
 pub async fn groups(
     state: web::Data<AdminState>,
@@ -131,23 +149,23 @@ async fn bulk(
 }
 
 /// Requeues every dead letter matching the filter (or counts them with `dry_run`).
-#[utoipa::path(post, path = "/api/v1/dead/retry", tag = "dead", request_body = BulkRequest,
+#[utoipa::path(post, path = "/api/v1/dead/retry", tag = "dead", operation_id = "retryDead", request_body = BulkRequest,
     responses((status = 200, body = BulkResponse), (status = 400), (status = 401), (status = 403), (status = 503)))]
 pub async fn retry(
     state: web::Data<AdminState>,
     caller: Caller,
-    body: web::Json<BulkRequest>,
+    body: Object<BulkRequest>,
 ) -> ApiResult<HttpResponse> {
     bulk(&state, &caller, body.into_inner(), DeadAction::Retry).await
 }
 
 /// Discards every dead letter matching the filter (or counts them with `dry_run`).
-#[utoipa::path(post, path = "/api/v1/dead/discard", tag = "dead", request_body = BulkRequest,
+#[utoipa::path(post, path = "/api/v1/dead/discard", tag = "dead", operation_id = "discardDead", request_body = BulkRequest,
     responses((status = 200, body = BulkResponse), (status = 400), (status = 401), (status = 403), (status = 503)))]
 pub async fn discard(
     state: web::Data<AdminState>,
     caller: Caller,
-    body: web::Json<BulkRequest>,
+    body: Object<BulkRequest>,
 ) -> ApiResult<HttpResponse> {
     bulk(&state, &caller, body.into_inner(), DeadAction::Discard).await
 }

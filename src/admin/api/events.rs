@@ -5,12 +5,14 @@ use actix_web::http::header::HeaderMap;
 use actix_web::{web, HttpRequest, HttpResponse};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
+use super::body::Object;
 use super::error::{ApiError, ApiResult};
-use super::{next_cursor, Page};
-use crate::admin::actions::Enqueued;
+use super::{next_cursor, valid_topic, Page};
+use crate::admin::actions::{check_text, Enqueued};
 use crate::admin::caller::Caller;
 use crate::admin::AdminState;
 use crate::db::dead::DeadAction;
@@ -27,12 +29,12 @@ pub struct EventView {
     pub topic: String,
     /// Ordering key.
     pub partition_key: Option<String>,
-    /// The body.
-    #[schema(value_type = Object)]
-    pub payload: serde_json::Value,
+    /// The body (any JSON value), exactly as stored.
+    #[schema(value_type = Value)]
+    pub payload: Box<RawValue>,
     /// Metadata passed through (`{}` when none).
     #[schema(value_type = Object)]
-    pub headers: serde_json::Value,
+    pub headers: Box<RawValue>,
     /// When the producer wrote it.
     pub created_at: DateTime<Utc>,
     /// Not published before this time.
@@ -66,8 +68,8 @@ impl From<EventRow> for EventView {
             id: r.id,
             topic: r.topic,
             partition_key: r.partition_key,
-            payload: r.payload,
-            headers: r.headers.unwrap_or_else(|| serde_json::json!({})),
+            payload: raw(r.payload),
+            headers: raw(r.headers.unwrap_or_else(|| "{}".into())),
             created_at: r.created_at,
             available_at: r.available_at,
             published_at: r.published_at,
@@ -78,6 +80,15 @@ impl From<EventRow> for EventView {
             status,
         }
     }
+}
+
+/// JSON text from a `jsonb` column: valid JSON by construction (Postgres printed it), so
+/// the fallback, a JSON string of the text, is never expected to be taken.
+fn raw(json: String) -> Box<RawValue> {
+    RawValue::from_string(json).unwrap_or_else(|e| {
+        tracing::error!("admin api: a jsonb column printed invalid JSON: {e}");
+        Box::default()
+    })
 }
 
 /// The state of an event.
@@ -113,12 +124,20 @@ pub struct ListQuery {
     /// Only events in this state.
     pub status: Option<StatusParam>,
     /// Only this topic.
+    #[param(
+        min_length = 1,
+        max_length = 255,
+        pattern = "^[^\\x00-\\x20\\x7f-\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]+$"
+    )]
     pub topic: Option<String>,
     /// Only this partition key (any topic unless `topic` is given).
+    #[param(pattern = "^[^\\x00]*$")]
     pub key: Option<String>,
     /// Items per page, 1 to 1000 (default 50).
+    #[param(minimum = 1, maximum = 1000)]
     pub limit: Option<i64>,
     /// The `next` cursor of the previous page.
+    #[param(pattern = "^[1-9][0-9]{0,17}$")]
     pub after: Option<String>,
 }
 
@@ -132,7 +151,7 @@ pub struct EventPage {
 }
 
 /// Events, newest first, filtered and keyset paginated.
-#[utoipa::path(get, path = "/api/v1/events", tag = "events", params(ListQuery),
+#[utoipa::path(get, path = "/api/v1/events", tag = "events", operation_id = "listEvents", params(ListQuery),
     responses((status = 200, body = EventPage), (status = 400), (status = 401), (status = 503)))]
 pub async fn list(
     state: web::Data<AdminState>,
@@ -144,6 +163,10 @@ pub async fn list(
         after: q.after,
     };
     let (limit, cursor) = (page.limit()?, page.cursor()?);
+    if let Some(topic) = &q.topic {
+        valid_topic(topic)?;
+    }
+    check_text("key", q.key.as_deref())?;
     let filter = EventFilter {
         status: q.status.map(Status::from),
         topic: q.topic,
@@ -167,7 +190,7 @@ async fn load(state: &AdminState, id: Uuid) -> ApiResult<EventRow> {
 }
 
 /// One event.
-#[utoipa::path(get, path = "/api/v1/events/{id}", tag = "events",
+#[utoipa::path(get, path = "/api/v1/events/{id}", tag = "events", operation_id = "getEvent",
     params(("id" = Uuid, Path, description = "the event id")),
     responses((status = 200, body = EventView), (status = 400), (status = 401), (status = 404), (status = 503)))]
 pub async fn get(state: web::Data<AdminState>, id: web::Path<Uuid>) -> ApiResult<HttpResponse> {
@@ -181,6 +204,7 @@ pub async fn get(state: web::Data<AdminState>, id: web::Path<Uuid>) -> ApiResult
 #[into_params(parameter_in = Query)]
 pub struct TimelineQuery {
     /// Events on each side, 1 to 1000 (default 50).
+    #[param(minimum = 1, maximum = 1000)]
     pub limit: Option<i64>,
 }
 
@@ -197,7 +221,7 @@ pub struct Timeline {
 
 /// The per-key timeline: what came before and after an event on its key (empty lists for
 /// an unkeyed event). Published rows older than retention are gone.
-#[utoipa::path(get, path = "/api/v1/events/{id}/timeline", tag = "events",
+#[utoipa::path(get, path = "/api/v1/events/{id}/timeline", tag = "events", operation_id = "getEventTimeline",
     params(("id" = Uuid, Path, description = "the event id"), TimelineQuery),
     responses((status = 200, body = Timeline), (status = 400), (status = 401), (status = 404), (status = 503)))]
 pub async fn timeline(
@@ -235,13 +259,21 @@ pub async fn timeline(
 #[serde(deny_unknown_fields)]
 pub struct EnqueueRequest {
     /// Routing name: 1 to 255 characters, no whitespace or control characters.
+    #[schema(
+        min_length = 1,
+        max_length = 255,
+        pattern = "^[^\\x00-\\x20\\x7f-\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]+$"
+    )]
     pub topic: String,
-    /// The body (any JSON value).
-    #[schema(value_type = Object)]
+    /// The body: any JSON value without a NUL character (`\u0000`) in a string or a key
+    /// (Postgres cannot store one; such a body is refused with 400).
+    #[schema(value_type = Value)]
     pub payload: serde_json::Value,
     /// Ordering key.
+    #[schema(pattern = "^[^\\x00]*$")]
     pub partition_key: Option<String>,
-    /// Metadata passed through: a JSON object (default `{}`).
+    /// Metadata passed through: a JSON object (default `{}`), without a NUL character, as
+    /// `payload`.
     #[schema(value_type = Option<Object>)]
     pub headers: Option<serde_json::Value>,
 }
@@ -271,15 +303,15 @@ fn idempotency_key(headers: &HeaderMap) -> ApiResult<Option<String>> {
 /// Enqueues one event. With an `Idempotency-Key`, the same key and body again answer 200
 /// with the first id and store nothing; the key with another body answers 422; while a
 /// request with the key is still being processed, another answers 409.
-#[utoipa::path(post, path = "/api/v1/events", tag = "events", request_body = EnqueueRequest,
-    params(("Idempotency-Key" = Option<String>, Header, description = "makes a retried request safe")),
+#[utoipa::path(post, path = "/api/v1/events", tag = "events", operation_id = "enqueueEvent", request_body = EnqueueRequest,
+    params(("Idempotency-Key" = Option<String>, Header, description = "makes a retried request safe: 1 to 255 visible ASCII characters", pattern = "^[!-~]{1,255}$")),
     responses((status = 201, body = EnqueueResponse), (status = 200, body = EnqueueResponse),
         (status = 400), (status = 401), (status = 403), (status = 409), (status = 413), (status = 422), (status = 503)))]
 pub async fn enqueue(
     state: web::Data<AdminState>,
     caller: Caller,
     req: HttpRequest,
-    body: web::Json<EnqueueRequest>,
+    body: Object<EnqueueRequest>,
 ) -> ApiResult<HttpResponse> {
     let key = idempotency_key(req.headers())?;
     let body = body.into_inner();
@@ -321,7 +353,7 @@ async fn steer(
 
 /// Requeues a dead event: attempts 0, `dead_at` null, publishable now (`last_error` is
 /// kept until the publish or a new failure replaces it).
-#[utoipa::path(post, path = "/api/v1/events/{id}/retry", tag = "events",
+#[utoipa::path(post, path = "/api/v1/events/{id}/retry", tag = "events", operation_id = "retryEvent",
     params(("id" = Uuid, Path, description = "the event id")),
     responses((status = 200, body = Steering), (status = 400), (status = 401), (status = 403), (status = 404), (status = 409), (status = 503)))]
 pub async fn retry(
@@ -334,7 +366,7 @@ pub async fn retry(
 
 /// Discards a dead event: it is kept for the record, never retried, and deleted by
 /// retention `retention.published_for` after the discard.
-#[utoipa::path(post, path = "/api/v1/events/{id}/discard", tag = "events",
+#[utoipa::path(post, path = "/api/v1/events/{id}/discard", tag = "events", operation_id = "discardEvent",
     params(("id" = Uuid, Path, description = "the event id")),
     responses((status = 200, body = Steering), (status = 400), (status = 401), (status = 403), (status = 404), (status = 409), (status = 503)))]
 pub async fn discard(

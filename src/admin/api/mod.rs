@@ -7,6 +7,7 @@
 //! configs of [`configure_extractors`], never actix's plain-text defaults.
 
 pub mod audit;
+pub mod body;
 pub mod dead;
 pub mod error;
 pub mod events;
@@ -114,13 +115,28 @@ async fn not_found() -> Result<actix_web::HttpResponse, ApiError> {
     Err(ApiError::NotFound("no such route".into()))
 }
 
+/// The `{topic}` of a topic's routes.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct TopicPath {
+    /// The topic: 1 to 255 characters, no whitespace or control characters (`/` as `%2F`).
+    #[param(
+        min_length = 1,
+        max_length = 255,
+        pattern = "^[^\\x00-\\x20\\x7f-\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]+$"
+    )]
+    pub topic: String,
+}
+
 /// `limit` and `after` of a keyset-paginated list.
 #[derive(Debug, Clone, Default, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct Page {
     /// Items per page, 1 to 1000 (default 50).
+    #[param(minimum = 1, maximum = 1000)]
     pub limit: Option<i64>,
     /// The `next` cursor of the previous page; absent for the first page.
+    #[param(pattern = "^[1-9][0-9]{0,17}$")]
     pub after: Option<String>,
 }
 

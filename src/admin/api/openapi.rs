@@ -3,8 +3,13 @@
 //! drift from the code it describes.
 
 use actix_web::HttpResponse;
+use serde::Serialize;
+use utoipa::openapi::header::Header;
+use utoipa::openapi::path::Operation;
+use utoipa::openapi::response::Response;
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
-use utoipa::{Modify, OpenApi};
+use utoipa::openapi::{Content, Ref, RefOr};
+use utoipa::{Modify, OpenApi, ToSchema};
 
 use super::{audit, dead, events, replicas, stats, topics};
 
@@ -21,7 +26,8 @@ use super::{audit, dead, events, replicas, stats, topics};
         audit::list,
         document,
     ),
-    modifiers(&BearerAuth),
+    components(schemas(ErrorBody)),
+    modifiers(&BearerAuth, &ErrorResponses),
     security(("bearer" = [])),
 )]
 pub struct ApiDoc;
@@ -38,9 +44,184 @@ impl Modify for BearerAuth {
     }
 }
 
+/// The body of every answer that is not a success.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorBody {
+    /// What went wrong, naming the field for bad input.
+    pub error: String,
+}
+
+/// Gives every failure status of every operation the [`ErrorBody`] it really carries and a
+/// description, and adds the statuses every route behind the token answers (401, 429), so
+/// that the handlers' attributes list only what is particular to them.
+struct ErrorResponses;
+
+/// What a failure status means on this API.
+fn failure_meaning(status: &str) -> Option<&'static str> {
+    Some(match status {
+        "400" => "bad input; `error` names the field",
+        "401" => "no bearer token, or a wrong one",
+        "403" => "this token may only read",
+        "404" => "no such thing",
+        "409" => "the target is not in a state that allows the action",
+        "413" => "the body is larger than 1 MiB",
+        "422" => "the idempotency key was used with another body",
+        "429" => "too many wrong tokens from this address; `Retry-After` says when to try again",
+        "503" => "Postgres (or, where the route needs it, Redis) cannot be reached; try again",
+        _ => return None,
+    })
+}
+
+impl ErrorResponses {
+    fn complete(op: &mut Operation) {
+        let answers = &mut op.responses.responses;
+        for status in ["401", "429"] {
+            answers
+                .entry(status.to_string())
+                .or_insert_with(|| RefOr::T(Response::new("")));
+        }
+        for (status, answer) in answers.iter_mut() {
+            let (Some(meaning), RefOr::T(answer)) = (failure_meaning(status), answer) else {
+                continue;
+            };
+            if answer.description.is_empty() {
+                answer.description = meaning.to_string();
+            }
+            answer
+                .content
+                .entry("application/json".into())
+                .or_insert_with(|| {
+                    Content::new(Some(RefOr::Ref(Ref::from_schema_name("ErrorBody"))))
+                });
+            let header = match status.as_str() {
+                "401" => Some(("WWW-Authenticate", "`Bearer`")),
+                "405" => Some(("Allow", "the methods the route has")),
+                "429" => Some(("Retry-After", "seconds to wait")),
+                _ => None,
+            };
+            if let Some((name, description)) = header {
+                let mut h = Header::default();
+                h.description = Some(description.to_string());
+                answer.headers.insert(name.to_string(), h);
+            }
+        }
+    }
+}
+
+impl Modify for ErrorResponses {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        for item in openapi.paths.paths.values_mut() {
+            for op in [&mut item.get, &mut item.put, &mut item.post]
+                .into_iter()
+                .flatten()
+            {
+                Self::complete(op);
+            }
+        }
+    }
+}
+
+/// The operation ids, each once (generated clients name their functions after them).
+pub fn operation_ids(doc: &utoipa::openapi::OpenApi) -> Vec<String> {
+    let mut ids = Vec::new();
+    for item in doc.paths.paths.values() {
+        for op in [&item.get, &item.put, &item.post].into_iter().flatten() {
+            ids.extend(op.operation_id.clone());
+        }
+    }
+    ids
+}
+
 /// This document.
-#[utoipa::path(get, path = "/api/v1/openapi.json", tag = "meta",
+#[utoipa::path(get, path = "/api/v1/openapi.json", tag = "meta", operation_id = "getOpenApi",
     responses((status = 200, description = "the OpenAPI 3 document", content_type = "application/json"), (status = 401)))]
 pub async fn document() -> HttpResponse {
     HttpResponse::Ok().json(ApiDoc::openapi())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+
+    use super::*;
+
+    #[test]
+    fn every_operation_has_its_own_id_and_every_failure_a_body() {
+        let doc = ApiDoc::openapi();
+        let ids = operation_ids(&doc);
+        let unique: HashSet<&String> = ids.iter().collect();
+        assert_eq!(unique.len(), ids.len(), "{ids:?}");
+        let json = serde_json::to_value(&doc).expect("json");
+        let mut operations = 0;
+        for (path, item) in json["paths"].as_object().expect("paths") {
+            for (method, op) in item.as_object().expect("item") {
+                operations += 1;
+                assert!(op["operationId"].is_string(), "{method} {path}");
+                let responses = op["responses"].as_object().expect("responses");
+                for status in ["401", "429"] {
+                    assert!(responses.contains_key(status), "{method} {path} {status}");
+                }
+                for (status, r) in responses {
+                    if status.as_str() >= "400" {
+                        assert_eq!(
+                            r["content"]["application/json"]["schema"]["$ref"],
+                            "#/components/schemas/ErrorBody",
+                            "{method} {path} {status}"
+                        );
+                        assert!(!r["description"].as_str().unwrap_or_default().is_empty());
+                    }
+                }
+            }
+        }
+        assert_eq!(operations, ids.len());
+    }
+
+    /// Every `pattern` in `v`, with the name of the parameter or property that has it.
+    fn patterns(v: &serde_json::Value, name: &str, out: &mut Vec<(String, String)>) {
+        match v {
+            serde_json::Value::Object(map) => {
+                if let Some(p) = map.get("pattern").and_then(|p| p.as_str()) {
+                    out.push((name.to_string(), p.to_string()));
+                }
+                let here = map.get("name").and_then(|n| n.as_str()).unwrap_or(name);
+                for (k, child) in map {
+                    let inner = if k == "schema" { here } else { k.as_str() };
+                    patterns(child, inner, out);
+                }
+            }
+            serde_json::Value::Array(items) => {
+                items.iter().for_each(|i| patterns(i, name, out));
+            }
+            _ => {}
+        }
+    }
+
+    #[test]
+    fn every_topic_follows_the_rule_of_the_table_and_every_pattern_compiles() {
+        let json = serde_json::to_value(ApiDoc::openapi()).expect("json");
+        let mut found = Vec::new();
+        patterns(&json, "", &mut found);
+        let topics: Vec<_> = found.iter().filter(|(n, _)| n == "topic").collect();
+        // The path of 5 routes, the events list, the dead-letter filter, the enqueue body.
+        assert!(topics.len() >= 8, "{topics:?}");
+        for (_, p) in &topics {
+            assert_eq!(p, outbox_core::topic::PATTERN);
+        }
+        for (name, p) in &found {
+            assert!(regex::Regex::new(p).is_ok(), "{name}: {p}");
+        }
+        let topic = regex::Regex::new(outbox_core::topic::PATTERN).expect("pattern");
+        for t in [
+            "order.created",
+            "a/b",
+            "é",
+            "x\u{feff}y",
+            "a b",
+            "",
+            "t\u{0}",
+            "a\u{a0}b",
+        ] {
+            assert_eq!(topic.is_match(t), outbox_core::topic::is_valid(t), "{t:?}");
+        }
+    }
 }

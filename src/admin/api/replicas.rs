@@ -32,7 +32,7 @@ pub struct ReplicaView {
 }
 
 /// Replicas whose last heartbeat is recent (within three heartbeat intervals).
-#[utoipa::path(get, path = "/api/v1/replicas", tag = "replicas",
+#[utoipa::path(get, path = "/api/v1/replicas", tag = "replicas", operation_id = "listReplicas",
     responses((status = 200, body = [ReplicaView]), (status = 401), (status = 503)))]
 pub async fn list(state: web::Data<AdminState>) -> ApiResult<HttpResponse> {
     let alive = alive_ms(&state);

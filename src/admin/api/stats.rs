@@ -62,7 +62,7 @@ impl From<events::TopicCounts> for TopicStats {
 }
 
 /// The backlog in total and per topic.
-#[utoipa::path(get, path = "/api/v1/stats", tag = "stats",
+#[utoipa::path(get, path = "/api/v1/stats", tag = "stats", operation_id = "getStats",
     responses((status = 200, body = StatsView), (status = 401), (status = 503)))]
 pub async fn get(state: web::Data<AdminState>) -> ApiResult<HttpResponse> {
     let (rows, flight) = state

@@ -162,10 +162,9 @@ pub async fn list(
     Ok(layout::page(&req, &session, Nav::Events, "Events", content))
 }
 
-/// Pretty JSON in a `<pre>` (escaped by maud like any text).
-fn json(v: &serde_json::Value) -> Markup {
-    let text = serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string());
-    html! { pre.json { (text) } }
+/// Indented JSON in a `<pre>` (escaped by maud like any text), digits as stored.
+fn json(text: &str) -> Markup {
+    html! { pre.json { (super::pretty::indent(text)) } }
 }
 
 /// `GET /events/{id}`.
@@ -225,7 +224,7 @@ pub async fn detail(
         }
         div.grid2 {
             div { h2 { "Payload" } div #payload { (json(&e.payload)) } }
-            div { h2 { "Headers" } (json(e.headers.as_ref().unwrap_or(&serde_json::Value::Null))) }
+            div { h2 { "Headers" } (json(e.headers.as_deref().unwrap_or("null"))) }
         }
         h2 { "Timeline of its key" }
         @if e.partition_key.is_some() {

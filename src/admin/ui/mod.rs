@@ -12,6 +12,7 @@ pub mod events;
 pub mod layout;
 pub mod login;
 pub mod overview;
+pub mod pretty;
 pub mod replay;
 pub mod replicas;
 pub mod session;

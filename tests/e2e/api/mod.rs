@@ -8,6 +8,7 @@ use std::time::Duration;
 use crate::support::TokenRelay;
 
 mod contract;
+mod outside;
 pub(crate) mod steering;
 mod validation;
 
