@@ -1,5 +1,5 @@
-//! The command line (clap): `migrate`, `run`, `demo`, `tail`, `repartition`, `replay`, each
-//! taking `--config FILE`.
+//! The command line (clap): `migrate`, `run`, `demo`, `tail`, `repartition`, `replay`,
+//! `config`, each taking `--config FILE`.
 
 use std::path::PathBuf;
 
@@ -32,6 +32,9 @@ pub enum Command {
     /// Publish again, as new entries in their original order, a topic's published events
     /// still kept whose publish time lies in a range; prints `{"replayed": n}`.
     Replay(ReplayArgs),
+    /// Print the effective configuration (every layer applied) as TOML, secrets as `***`;
+    /// a bad configuration exits 2 as `run` would.
+    Config(CommonArgs),
 }
 
 /// Flags of `replay`.
@@ -101,7 +104,7 @@ pub struct CommonArgs {
     /// Redis URL (redis.url).
     #[arg(long, value_name = "URL")]
     pub redis_url: Option<String>,
-    /// Admin listen address (admin.addr).
+    /// Admin listen address (admin.addr): an IP or a host name, and a port.
     #[arg(long, value_name = "HOST:PORT")]
     pub admin_addr: Option<String>,
     /// This replica's name (instance_id).

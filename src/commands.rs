@@ -10,7 +10,7 @@ use crate::{app, demo};
 /// Loads and checks the settings `command` runs with.
 pub fn settings_for(command: &Command) -> Result<Settings, ConfigError> {
     let (base, common) = match command {
-        Command::Migrate(c) | Command::Run(c) => (Settings::default(), c),
+        Command::Migrate(c) | Command::Run(c) | Command::Config(c) => (Settings::default(), c),
         Command::Demo(d) => (demo::default_settings(), &d.common),
         Command::Tail(t) => (Settings::default(), &t.common),
         Command::Repartition(r) => (Settings::default(), &r.common),
@@ -21,7 +21,7 @@ pub fn settings_for(command: &Command) -> Result<Settings, ConfigError> {
         Command::Migrate(_) | Command::Repartition(_) | Command::Replay(_) => {
             settings.database_url()?;
         }
-        Command::Run(_) => {
+        Command::Run(_) | Command::Config(_) => {
             settings.database_url()?;
             app::check_admin_exposure(&settings)?;
         }
@@ -49,6 +49,10 @@ pub async fn execute(command: Command, settings: Settings) -> anyhow::Result<()>
         }
         Command::Repartition(r) => crate::repartition::run(&settings, &r.topic, r.partitions).await,
         Command::Replay(r) => replay(&settings, &r).await,
+        Command::Config(_) => {
+            print!("{}", crate::config::show::masked_toml(&settings)?);
+            Ok(())
+        }
     }
 }
 

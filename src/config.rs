@@ -15,13 +15,15 @@ mod lenient;
 mod pairs;
 mod rules;
 mod schema;
+mod secrets;
+pub mod show;
 pub mod topics;
 
 pub use groups::GroupSpec;
 pub use layers::Overrides;
 pub use schema::{
-    AdminSettings, DatabaseSettings, RedisSettings, RelaySettings, RetentionSettings,
-    RetrySettings, Settings,
+    AdminSettings, DatabaseSettings, LogFormat, LogSettings, RedisSettings, RelaySettings,
+    RetentionSettings, RetrySettings, Settings,
 };
 pub use topics::TopicSpec;
 
@@ -57,10 +59,22 @@ impl Settings {
 
     /// The parsed admin listen address.
     pub fn admin_addr(&self) -> Result<SocketAddr, ConfigError> {
-        self.admin
-            .addr
-            .parse()
-            .map_err(|e| ConfigError::new("admin.addr", format!("{e} (expected host:port)")))
+        let addr = &self.admin.addr;
+        if let Ok(ip) = addr.parse() {
+            return Ok(ip);
+        }
+        // A host name (`localhost:8080`): its first address, as a listener binds one.
+        std::net::ToSocketAddrs::to_socket_addrs(addr.as_str())
+            .ok()
+            .and_then(|mut addrs| addrs.next())
+            .ok_or_else(|| {
+                ConfigError::new(
+                    "admin.addr",
+                    format!(
+                        "{addr:?} is not host:port (127.0.0.1:8080, [::1]:8080, localhost:8080)"
+                    ),
+                )
+            })
     }
 
     /// This replica's name: the setting, else the host name, else a fixed fallback.

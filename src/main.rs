@@ -21,7 +21,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    outbox_relay::telemetry::install_logs();
+    outbox_relay::telemetry::install_logs(settings.log.format);
     let system = actix_rt::System::new();
     match system.block_on(commands::execute(cli.command, settings)) {
         Ok(()) => ExitCode::SUCCESS,

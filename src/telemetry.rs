@@ -11,13 +11,14 @@ use metrics::{counter, gauge, histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use uuid::Uuid;
 
+use crate::config::LogFormat;
 use crate::relay::actors::ActorName;
 
 const LATENCY_BUCKETS: &[f64] = &[
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
 ];
 
-/// The jobs whose failures are counted (`outbox_job_failures_total{job}`): the periodic
+/// The jobs whose failures are counted (`outbox_job_failures_total{task}`): the periodic
 /// actors and the listener.
 const JOBS: [ActorName; 6] = [
     ActorName::Listener,
@@ -46,15 +47,25 @@ pub fn spawn_upkeep(handle: PrometheusHandle) {
     });
 }
 
-/// Logs to stderr, filtered by `RUST_LOG` (default `info`). Shared by the relay's binary
-/// and the benchmark's, so both read the same filter the same way.
-pub fn install_logs() {
+/// Logs to stderr as `log.format` says, filtered by `RUST_LOG` (default `info`). Shared by
+/// the relay's binary and the benchmark's, so both read the same filter the same way.
+pub fn install_logs(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
+    let fmt = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => fmt.init(),
+        // The event's fields at the top level beside `message` (what log pipelines index),
+        // and the spans it happened in with theirs.
+        LogFormat::Json => fmt
+            .json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .with_span_list(true)
+            .init(),
+    }
 }
 
 /// Installs the global metrics recorder; returns the handle `/metrics` renders.
@@ -124,7 +135,7 @@ pub fn install_metrics() -> Option<PrometheusHandle> {
         counter!("outbox_actor_panics_total", "actor" => actor.as_str()).absolute(0);
     }
     for job in JOBS {
-        counter!("outbox_job_failures_total", "job" => job.as_str()).absolute(0);
+        counter!("outbox_job_failures_total", "task" => job.as_str()).absolute(0);
     }
     Some(handle)
 }
@@ -338,14 +349,14 @@ pub fn event_dead(id: &Uuid, error: &str) {
 
 /// A maintenance job failed; it runs again on its next tick.
 pub fn job_failed(job: ActorName, error: &dyn Display) {
-    counter!("outbox_job_failures_total", "job" => job.as_str()).increment(1);
+    counter!("outbox_job_failures_total", "task" => job.as_str()).increment(1);
     tracing::warn!(job = job.as_str(), "{error}");
 }
 
 /// A maintenance job failed for a reason already logged elsewhere; it runs again on its next
 /// tick.
 pub fn job_failed_quietly(job: ActorName, error: &dyn Display) {
-    counter!("outbox_job_failures_total", "job" => job.as_str()).increment(1);
+    counter!("outbox_job_failures_total", "task" => job.as_str()).increment(1);
     tracing::debug!(job = job.as_str(), "{error}");
 }
 

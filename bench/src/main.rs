@@ -24,7 +24,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    outbox_relay::telemetry::install_logs();
+    outbox_relay::telemetry::install_logs(outbox_relay::config::LogFormat::Text);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build();

@@ -1,5 +1,6 @@
 //! Loading: the layers, lowest first, built-in defaults < `--config` TOML file < environment
-//! (`OUTBOX__SECTION__KEY`, plus `DATABASE_URL` and `REDIS_URL`) < command-line flags. figment
+//! (`OUTBOX__SECTION__KEY`, plus `DATABASE_URL` and `REDIS_URL`, and the secrets' `_FILE`
+//! variables of [`secrets`]) < command-line flags. figment
 //! does the layering (it keeps track of which layer a bad value came from, and its errors
 //! carry the key path, which is what our one-line error needs); humantime-serde parses the
 //! human durations (`250ms`, `30s`, `7d`).
@@ -10,7 +11,7 @@ use figment::providers::{Env, Format, Serialized, Toml};
 use figment::Figment;
 
 use super::defaults::MIN_STALL_AFTER;
-use super::{rules, ConfigError, Settings};
+use super::{rules, secrets, ConfigError, Settings};
 
 /// Values given on the command line; they override every other layer.
 #[derive(Debug, Default, Clone)]
@@ -45,13 +46,20 @@ impl Settings {
             upper = upper.merge(Toml::file(path));
         }
         upper = upper
-            .merge(Env::prefixed("OUTBOX__").split("__"))
+            .merge(
+                Env::prefixed("OUTBOX__")
+                    .filter(|k| !secrets::is_file_var(&format!("OUTBOX__{k}")))
+                    .split("__"),
+            )
             .merge(
                 Env::raw()
                     .only(&["DATABASE_URL"])
                     .map(|_| "database.url".into()),
             )
             .merge(Env::raw().only(&["REDIS_URL"]).map(|_| "redis.url".into()));
+        for (setting, value) in secrets::from_files(&|var| std::env::var(var).ok())? {
+            upper = upper.merge(Serialized::default(setting, value));
+        }
         let flags = [
             ("database.url", &overrides.database_url),
             ("redis.url", &overrides.redis_url),

@@ -340,6 +340,32 @@ mod tests {
     }
 
     #[test]
+    fn the_admin_address_may_name_a_host() {
+        let mut s = Settings::default();
+        for (addr, loopback) in [
+            ("127.0.0.1:9090", true),
+            ("[::1]:9090", true),
+            ("localhost:9090", true),
+            ("0.0.0.0:8080", false),
+        ] {
+            s.admin.addr = addr.into();
+            let got = s.admin_addr().expect(addr);
+            assert_eq!(got.port(), if addr.ends_with("8080") { 8080 } else { 9090 });
+            assert_eq!(got.ip().is_loopback(), loopback, "{addr}");
+        }
+        for bad in [
+            "localhost",
+            ":8080",
+            "no such host.invalid:80",
+            "127.0.0.1:99999",
+        ] {
+            s.admin.addr = bad.into();
+            let err = check(&s, &only("admin.addr")).expect_err(bad);
+            assert!(err.message.contains("host:port"), "{bad}: {}", err.message);
+        }
+    }
+
+    #[test]
     fn every_rule_holds_on_the_defaults() {
         assert!(check(&Settings::default(), &|_| false).is_ok());
     }

@@ -28,6 +28,8 @@ pub struct Settings {
     pub retention: RetentionSettings,
     /// The claim loop.
     pub relay: RelaySettings,
+    /// How log lines are written.
+    pub log: LogSettings,
     /// This replica's name in heartbeats and logs; defaults to the host name.
     #[serde(deserialize_with = "lenient::opt_string")]
     pub instance_id: Option<String>,
@@ -38,6 +40,26 @@ pub struct Settings {
     /// one.
     #[serde(deserialize_with = "topics::deserialize")]
     pub topics: Vec<TopicSpec>,
+}
+
+/// Log settings. The level is `RUST_LOG`'s (tracing's env filter), default `info`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogSettings {
+    /// `text` (for a terminal) or `json` (one object per line, for a log pipeline).
+    pub format: LogFormat,
+}
+
+/// The shape of a log line.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines, colored on a terminal.
+    #[default]
+    Text,
+    /// One JSON object per line: `timestamp`, `level`, `target`, `message`, the event's
+    /// fields, and the spans it happened in.
+    Json,
 }
 
 /// Postgres settings.

@@ -11,6 +11,7 @@ use diesel::QueryableByName;
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use uuid::Uuid;
 
+use super::outbox::OLDEST_DUE_AGE_SQL;
 use super::DbError;
 
 /// One event as the admin shows it.
@@ -300,7 +301,7 @@ pub struct Flight {
     /// Pending rows whose `xmax` is a transaction still in progress.
     #[diesel(sql_type = BigInt)]
     pub in_flight: i64,
-    /// Seconds since the oldest pending event was created (0 when none).
+    /// Seconds the oldest due event of an unpaused topic has waited (0 when none).
     #[diesel(sql_type = Double)]
     pub oldest_pending_age_seconds: f64,
 }
@@ -311,16 +312,14 @@ pub struct Flight {
 /// the relays down. It sees the sessions of the relay's own database role (all of them for
 /// a superuser or `pg_read_all_stats`), which are the relays' claim transactions.
 pub async fn flight(conn: &mut AsyncPgConnection) -> Result<Flight, DbError> {
-    Ok(diesel::sql_query(
+    Ok(diesel::sql_query(format!(
         "SELECT
            (SELECT count(*) FROM outbox
             WHERE published_at IS NULL AND dead_at IS NULL AND xmax <> '0'::xid
               AND xmax = ANY (ARRAY(SELECT backend_xid FROM pg_stat_activity
                                     WHERE backend_xid IS NOT NULL))) AS in_flight,
-           COALESCE((SELECT extract(epoch FROM now() - created_at)::float8 FROM outbox
-                     WHERE published_at IS NULL AND dead_at IS NULL
-                     ORDER BY seq LIMIT 1), 0) AS oldest_pending_age_seconds",
-    )
+           {OLDEST_DUE_AGE_SQL}"
+    ))
     .get_result(conn)
     .await?)
 }

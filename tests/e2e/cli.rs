@@ -106,7 +106,15 @@ fn help_works_for_every_command() {
     let top = relay(&["--help"], &[]);
     assert_eq!(top.status.code(), Some(0));
     let text = String::from_utf8_lossy(&top.stdout);
-    for command in ["migrate", "run", "demo", "tail"] {
+    for command in [
+        "migrate",
+        "run",
+        "demo",
+        "tail",
+        "repartition",
+        "replay",
+        "config",
+    ] {
         assert!(text.contains(command), "{text}");
     }
     // The benchmark is the outbox-bench binary, not a command users get.
@@ -179,4 +187,163 @@ pub(crate) async fn concurrent_migrate(url: impl FnOnce(&TestDb) -> String) -> T
     let again = relay(&["migrate"], &[("DATABASE_URL", &url)]);
     assert_eq!(again.status.code(), Some(0));
     db
+}
+
+#[test]
+fn config_prints_the_effective_settings_without_secrets() {
+    let dir = tempfile::tempdir().expect("dir");
+    let file = dir.path().join("relay.toml");
+    std::fs::write(
+        &file,
+        "[relay]\nlease = \"10s\"\n[retry]\nmax_attempts = 4\n",
+    )
+    .expect("write");
+    let file = file.display().to_string();
+    let out = relay(
+        &["config", "--config", &file, "--instance-id", "r7"],
+        &[
+            ("DATABASE_URL", "postgres://app:hunter2@db.internal/app"),
+            ("REDIS_URL", "redis://:hunter2@cache.internal:6379"),
+            ("OUTBOX__ADMIN__TOKEN", "hunter2"),
+            ("OUTBOX__ADMIN__ADDR", "0.0.0.0:8080"),
+            ("OUTBOX__LOG__FORMAT", "json"),
+        ],
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!text.contains("hunter2"), "{text}");
+    for shown in [
+        "postgres://app:***@db.internal/app",
+        "redis://:***@cache.internal:6379",
+        "token = \"***\"",
+        // Every layer: the file, the environment, the flag, and a default that follows the
+        // lease (the stall window, twice the 10 s lease unless it is under 10 s).
+        "lease = \"10s\"",
+        "max_attempts = 4",
+        "instance_id = \"r7\"",
+        "format = \"json\"",
+        "stall_after = \"20s\"",
+    ] {
+        assert!(text.contains(shown), "{shown} in {text}");
+    }
+    // A bad configuration exits 2 with its one line, as `run` would.
+    assert_config_error(
+        &relay(
+            &["config"],
+            &[
+                ("DATABASE_URL", "postgres://h/db"),
+                ("OUTBOX__LOG__FORMAT", "xml"),
+            ],
+        ),
+        "log.format",
+    );
+}
+
+#[test]
+fn secrets_come_from_files_and_a_value_beside_its_file_is_refused() {
+    let dir = tempfile::tempdir().expect("dir");
+    let url = dir.path().join("database-url");
+    std::fs::write(&url, "postgres://app:fromfile@db.internal/app\n").expect("write");
+    let token = dir.path().join("token");
+    std::fs::write(&token, "t0ken-from-file\n").expect("write");
+    let (url, token) = (url.display().to_string(), token.display().to_string());
+    let out = relay(
+        &["config"],
+        &[
+            ("DATABASE_URL_FILE", url.as_str()),
+            ("OUTBOX__ADMIN__TOKEN_FILE", token.as_str()),
+        ],
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("postgres://app:***@db.internal/app\""),
+        "{text}"
+    );
+    assert!(text.contains("token = \"***\""), "{text}");
+    assert_config_error(
+        &relay(
+            &["config"],
+            &[
+                ("DATABASE_URL", "postgres://h/db"),
+                ("DATABASE_URL_FILE", url.as_str()),
+            ],
+        ),
+        "DATABASE_URL_FILE",
+    );
+    assert_config_error(
+        &relay(
+            &["config"],
+            &[
+                ("DATABASE_URL", "postgres://h/db"),
+                ("OUTBOX__ADMIN__TOKEN_FILE", "/nowhere/token"),
+            ],
+        ),
+        "/nowhere/token",
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_relay_reads_its_token_from_a_file_and_logs_json_lines() {
+    let dir = tempfile::tempdir().expect("dir");
+    let token = dir.path().join("token");
+    std::fs::write(&token, "t0ken-from-file\n").expect("write");
+    let db = TestDb::new().await;
+    let redis = TestRedis::shared();
+    let mut env = base_env(&db, &redis);
+    env.push((
+        "OUTBOX__ADMIN__TOKEN_FILE".into(),
+        token.display().to_string(),
+    ));
+    env.push(("OUTBOX__LOG__FORMAT".into(), "json".into()));
+    let relay = RelayProc::spawn("json-logs", &env);
+    relay.wait_ready(std::time::Duration::from_secs(30)).await;
+    let http = relay.http();
+    assert_eq!(http.get("/api/v1/stats").status, 401);
+    assert_eq!(
+        http.bearer("t0ken-from-file").get("/api/v1/stats").status,
+        200
+    );
+    // An event published, so that the log has lines from inside the relay's work.
+    db.exec("INSERT INTO outbox (topic, payload) VALUES ('logged', '{}')")
+        .await;
+    http.wait_metric(
+        "outbox_events_published_total{topic=\"logged\"}",
+        |n| n >= 1.0,
+        std::time::Duration::from_secs(20),
+    )
+    .await;
+    let log = relay.log();
+    let lines: Vec<&str> = log.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert!(!lines.is_empty(), "{log}");
+    let mut with_fields = 0;
+    for line in &lines {
+        let v: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+        for field in ["timestamp", "level", "target", "message"] {
+            assert!(v[field].is_string(), "{field} in {line}");
+        }
+        let own = v.as_object().map_or(0, |o| {
+            o.keys()
+                .filter(|k| {
+                    !["timestamp", "level", "target", "message", "spans"].contains(&k.as_str())
+                })
+                .count()
+        });
+        with_fields += usize::from(own > 0);
+    }
+    assert!(
+        with_fields > 0,
+        "the events' own fields are at the top level: {log}"
+    );
 }

@@ -226,3 +226,49 @@ async fn maxlen_trims_streams_per_topic_or_globally() {
         "t1 trimmed to redis.maxlen: {t1}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_oldest_pending_age_counts_only_events_that_should_be_going_out() {
+    let db = TestDb::new().await;
+    let redis = TestRedis::shared();
+    let relay = RelayProc::spawn("age", &base_env(&db, &redis));
+    relay.wait_ready(Duration::from_secs(30)).await;
+    db.exec(
+        "INSERT INTO outbox_topics (topic, paused) VALUES ('held', true);
+         -- An hour-old backlog of a paused topic, and events scheduled an hour ahead.
+         INSERT INTO outbox (topic, payload, created_at)
+           SELECT 'held', '{}', now() - interval '1 hour' FROM generate_series(1, 3);
+         INSERT INTO outbox (topic, payload, created_at, available_at)
+           SELECT 'later', '{}', now() - interval '1 hour', now() + interval '1 hour'
+           FROM generate_series(1, 3);
+         -- A key whose first event waits for its retry, and a due event behind it: late.
+         INSERT INTO outbox (topic, payload, partition_key, created_at, available_at, attempts)
+           VALUES ('k', '{}', 'stuck', now() - interval '2 hours', now() + interval '1 hour', 1);
+         INSERT INTO outbox (topic, payload, partition_key, created_at, available_at)
+           VALUES ('k', '{}', 'stuck', now() - interval '1 hour', now() - interval '1 hour');",
+    )
+    .await;
+    let http = relay.http();
+    let series = "outbox_oldest_pending_age_seconds";
+    http.wait_metric(
+        series,
+        |age| (3590.0..3700.0).contains(&age),
+        Duration::from_secs(20),
+    )
+    .await;
+    // Without the key held behind its failing head, nothing the relay should publish is late:
+    // the paused topic and the scheduled events wait on purpose.
+    db.exec("DELETE FROM outbox WHERE topic = 'k'").await;
+    http.wait_metric(series, |age| age < 10.0, Duration::from_secs(20))
+        .await;
+    assert_eq!(
+        db.scalar("SELECT count(*) FROM outbox WHERE published_at IS NULL")
+            .await,
+        6,
+        "held and scheduled events still wait"
+    );
+    let stats_age = relay.http().get("/api/v1/stats").json["oldest_pending_age_seconds"]
+        .as_f64()
+        .expect("age");
+    assert!(stats_age < 10.0, "{stats_age}");
+}

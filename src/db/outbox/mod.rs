@@ -12,6 +12,7 @@ pub mod republish;
 mod retention;
 mod settle;
 
+pub(crate) use backlog::OLDEST_DUE_AGE_SQL;
 pub use backlog::{backlog, next_due_in_ms, Backlog};
 pub use claim::*;
 pub use retention::delete_published_before;
