@@ -193,7 +193,7 @@ def split(rendered, outdir):
 
 
 EXPECTED_OVERLAY_KINDS = {
-    "ConfigMap", "Service", "Deployment", "Job", "PodDisruptionBudget",
+    "ConfigMap", "Service", "Deployment", "PodDisruptionBudget",
     "HorizontalPodAutoscaler", "NetworkPolicy",
 }
 
@@ -207,7 +207,7 @@ def check_pod(where, pod, image_user=65532):
         fail(f"{where}: pod securityContext needs seccompProfile RuntimeDefault")
     if pod.get("automountServiceAccountToken") is not False:
         fail(f"{where}: automountServiceAccountToken should be false (the relay never calls the API)")
-    for c in pod["containers"]:
+    for c in pod["containers"] + pod.get("initContainers", []):
         sc = c.get("securityContext", {})
         if sc.get("readOnlyRootFilesystem") is not True:
             fail(f"{where}/{c['name']}: readOnlyRootFilesystem must be true")
@@ -336,21 +336,23 @@ def overlay(rendered):
         egress_ports = {p.get("port") for rule in n["spec"].get("egress", []) for p in rule.get("ports", [])}
         if 53 not in egress_ports:
             fail(f"{rendered}: NetworkPolicy {n['metadata']['name']} allows no DNS egress")
-    jobs = [j for j in kinds.get("Job", []) if j["metadata"]["name"] == "outbox-relay-migrate"]
-    if len(jobs) != 1:
-        fail(f"{rendered}: needs the Job outbox-relay-migrate")
+    # Migrations in each pod before the relay: `kubectl apply` with a new tag migrates
+    # before a new pod serves, and nothing immutable (a Job) stands in the way of applying
+    # again.
+    inits = pod.get("initContainers", [])
+    migrate = [i for i in inits if i.get("args") == ["migrate"]]
+    if len(migrate) != 1:
+        fail(f"{where}: needs one init container running args [migrate] before the relay")
     else:
-        jpod = jobs[0]["spec"]["template"]["spec"]
-        check_pod(f"{rendered}: Job", jpod)
-        if jpod["containers"][0].get("args") != ["migrate"]:
-            fail(f"{rendered}: Job outbox-relay-migrate must run args [migrate]")
-        if labels_match({"matchLabels": {"app.kubernetes.io/name": "outbox-relay"}}, jobs[0]["spec"]["template"]["metadata"]["labels"]):
-            fail(f"{rendered}: the migration pods carry the relay's name label, so the Service and PDB would select them")
-        if not any(labels_match(n["spec"]["podSelector"], jobs[0]["spec"]["template"]["metadata"]["labels"]) for n in netpols):
-            fail(f"{rendered}: no NetworkPolicy selects the migration Job's pods")
-    images = {c["image"] for d in deployments + jobs for c in d["spec"]["template"]["spec"]["containers"]}
-    if len(images) != 1:
-        fail(f"{rendered}: the Deployment and the Job should run the same image, have {sorted(images)}")
+        m = migrate[0]
+        if m["image"] != c["image"]:
+            fail(f"{where}: the migrate init container runs {m['image']}, the relay {c['image']}: one image")
+        menv = {e["name"]: e for e in m.get("env", [])}
+        if "secretKeyRef" not in menv.get("DATABASE_URL", {}).get("valueFrom", {}):
+            fail(f"{where}: the migrate init container needs DATABASE_URL from a Secret")
+    for n in netpols:
+        if n["spec"].get("podSelector", {}) and not labels_match(n["spec"]["podSelector"], pod_labels):
+            fail(f"{rendered}: NetworkPolicy {n['metadata']['name']} selects no pod of the relay (a leftover?)")
 
 
 # ---------------------------------------------------------------------------- observability
