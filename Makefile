@@ -3,7 +3,7 @@ SHELL := /bin/bash
 PG_HOST ?= 127.0.0.1
 REDIS_PORT ?= 6379
 
-.PHONY: help services browser valkey api-tools test-valkey build demo test test-ui screenshots bench lint fmt clean k8s-check
+.PHONY: help services browser valkey api-tools test-valkey build demo test test-ui screenshots bench lint package fmt clean k8s-check
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -60,6 +60,13 @@ lint: ## formatting and clippy of every crate of the workspace, warnings as erro
 	cargo clippy --workspace --all-targets -- -D warnings
 	cargo clippy --workspace --all-targets $(TEST_FEATURES) -- -D warnings
 	cargo clippy -p outbox-consumer --no-default-features --all-targets -- -D warnings
+
+# outbox-core is published with the two crates that need it; cargo resolves the unpublished
+# path dependencies among the packages of one invocation. Each package is built from its
+# .crate file, as crates.io would build it.
+package: ## the crates as crates.io would take them: cargo package of outbox-consumer, and cargo publish --dry-run of outbox-core, outbox-consumer and outbox-relay
+	cargo package -p outbox-consumer
+	cargo publish --dry-run -p outbox-core -p outbox-consumer -p outbox-relay
 
 fmt: ## format the code
 	cargo fmt --all

@@ -100,6 +100,7 @@ pub async fn run_until(
         wake: Some(relay.waker()),
         heartbeat_interval: settings.relay.heartbeat_interval,
         published: Default::default(),
+        max_response_bytes: i64::try_from(settings.admin.max_response_bytes).unwrap_or(i64::MAX),
     };
     register_known_topics(&state).await;
     let server =

@@ -50,6 +50,8 @@ pub struct AdminState {
     pub heartbeat_interval: Duration,
     /// Published counts per topic, shared by every page and request of this replica.
     pub published: Arc<counts::PublishedCache>,
+    /// `admin.max_response_bytes`: the payload and header bytes one list page may hold.
+    pub max_response_bytes: i64,
 }
 
 impl AdminState {

@@ -54,6 +54,7 @@ impl Default for AdminSettings {
             token: None,
             read_only_token: None,
             failed_logins_per_minute: 10,
+            max_response_bytes: 4 * 1024 * 1024,
         }
     }
 }

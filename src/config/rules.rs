@@ -136,6 +136,13 @@ const RULES: &[Rule] = &[
         check: |s| positive(s.redis.timeout),
     },
     Rule {
+        settings: &["admin.max_response_bytes"],
+        check: |s| match s.admin.max_response_bytes {
+            n if n < 65_536 => Err(format!("must be at least 65536 (64 KiB), got {n}")),
+            _ => Ok(()),
+        },
+    },
+    Rule {
         settings: &["admin.addr"],
         check: |s| s.admin_addr().map(|_| ()).map_err(|e| e.message),
     },

@@ -151,6 +151,9 @@ pub struct AdminSettings {
     /// Wrong tokens one client address may present per minute (API or login page) before
     /// it is refused with 429 for the rest of that minute; 0 turns the limit off.
     pub failed_logins_per_minute: u32,
+    /// The payload and header bytes one page of events may hold (API and UI lists): a page
+    /// stops short of its `limit` there, its `next` cursor going on.
+    pub max_response_bytes: u64,
 }
 
 /// Retry policy for events whose publish failed through their own fault.

@@ -138,13 +138,35 @@ pub struct EventFilter {
     pub partition_key: Option<String>,
 }
 
-/// Up to `limit` events matching `filter` with `seq` below `before`, newest first.
+/// A page of events: the rows, and whether rows that matched were left out to keep the page
+/// within its bytes (then the page's last row is where the next one starts).
+#[derive(Debug)]
+pub struct Listed {
+    /// Newest first.
+    pub rows: Vec<EventRow>,
+    /// Rows matched past the byte budget.
+    pub cut: bool,
+}
+
+#[derive(QueryableByName)]
+struct Budgeted {
+    #[diesel(embed)]
+    event: EventRow,
+    #[diesel(sql_type = BigInt)]
+    matched: i64,
+}
+
+/// Up to `limit` events matching `filter` with `seq` below `before`, newest first, as many
+/// as fit in `max_bytes` of payload and headers (the first one whatever its size): a page
+/// of large events stays within what the admin server may hold and send, whatever `limit`
+/// says.
 pub async fn list(
     conn: &mut AsyncPgConnection,
     filter: &EventFilter,
     before: Option<i64>,
     limit: i64,
-) -> Result<Vec<EventRow>, DbError> {
+    max_bytes: i64,
+) -> Result<Listed, DbError> {
     // Only the filters present become SQL, so the planner sees plain conditions that match
     // an index. A topic is filtered while walking `seq`: an index per topic would slow the
     // relay down, since each publish would add an entry to it.
@@ -163,7 +185,20 @@ pub async fn list(
     if before.is_some() {
         conditions.push(format!("seq < ${}", param()));
     }
-    let sql = merged_sql(&sides(filter.status), &conditions, "DESC", param());
+    let limit_param = param();
+    let budget_param = param();
+    let sql = format!(
+        "SELECT * FROM (
+             SELECT l.*,
+                    sum(octet_length(l.payload) + coalesce(octet_length(l.headers), 0))
+                        OVER (ORDER BY l.seq DESC) AS upto_bytes,
+                    count(*) OVER () AS matched
+             FROM ({}) AS l) AS b
+         WHERE upto_bytes <= ${budget_param}
+            OR upto_bytes = octet_length(payload) + coalesce(octet_length(headers), 0)
+         ORDER BY seq DESC",
+        merged_sql(&sides(filter.status), &conditions, "DESC", limit_param)
+    );
     let mut query = diesel::sql_query(sql).into_boxed::<Pg>();
     if let Some(topic) = &filter.topic {
         query = query.bind::<Text, _>(topic.clone());
@@ -174,7 +209,17 @@ pub async fn list(
     if let Some(before) = before {
         query = query.bind::<BigInt, _>(before);
     }
-    Ok(query.bind::<BigInt, _>(limit).load(conn).await?)
+    let rows: Vec<Budgeted> = query
+        .bind::<BigInt, _>(limit)
+        .bind::<BigInt, _>(max_bytes)
+        .load(conn)
+        .await?;
+    let matched = rows.as_slice().first().map_or(0, |r| r.matched);
+    let cut = (rows.len() as i64) < matched;
+    Ok(Listed {
+        rows: rows.into_iter().map(|r| r.event).collect(),
+        cut,
+    })
 }
 
 /// One event by id.

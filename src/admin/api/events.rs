@@ -150,7 +150,9 @@ pub struct EventPage {
     pub next: Option<String>,
 }
 
-/// Events, newest first, filtered and keyset paginated.
+/// Events, newest first, filtered and keyset paginated. A page holds `limit` events, or fewer
+/// when their payloads and headers would pass `admin.max_response_bytes` (at least one
+/// event): `next` then continues after the last one.
 #[utoipa::path(get, path = "/api/v1/events", tag = "events", operation_id = "listEvents", params(ListQuery),
     responses((status = 200, body = EventPage), (status = 400), (status = 401), (status = 503)))]
 pub async fn list(
@@ -172,11 +174,18 @@ pub async fn list(
         topic: q.topic,
         partition_key: q.key,
     };
-    let mut rows = state
+    let budget = state.max_response_bytes;
+    let listed = state
         .db
-        .unit(async |c| events::list(c, &filter, cursor, limit + 1).await)
+        .unit(async |c| events::list(c, &filter, cursor, limit + 1, budget).await)
         .await?;
-    let next = next_cursor(&mut rows, limit, |r| r.seq);
+    let mut rows = listed.rows;
+    let next = match listed.cut {
+        // Cut to stay within `admin.max_response_bytes`: the next page starts after the
+        // last row that fit.
+        true => rows.last().map(|r| r.seq.to_string()),
+        false => next_cursor(&mut rows, limit, |r| r.seq),
+    };
     let events = rows.into_iter().map(EventView::from).collect();
     Ok(HttpResponse::Ok().json(EventPage { events, next }))
 }

@@ -113,13 +113,13 @@ pub async fn list(
         topic: Some(q.topic.trim().to_string()).filter(|t| !t.is_empty()),
         partition_key: Some(q.key.trim().to_string()).filter(|k| !k.is_empty()),
     };
-    let rows = {
-        state
-            .db
-            .unit(async |c| events::list(c, &filter, q.before, PAGE).await)
-            .await?
-    };
-    let older = (rows.len() as i64 == PAGE)
+    let budget = state.max_response_bytes;
+    let listed = state
+        .db
+        .unit(async |c| events::list(c, &filter, q.before, PAGE, budget).await)
+        .await?;
+    let rows = listed.rows;
+    let older = (listed.cut || rows.len() as i64 == PAGE)
         .then(|| rows.last().map(|r| r.seq))
         .flatten();
     let query = |before: Option<i64>| {
