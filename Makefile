@@ -51,7 +51,7 @@ BENCH_ARGS ?= --repeat 3
 # outbox-bench runs the outbox-relay binary beside it, which `cargo run -p outbox-bench` alone
 # would not build (or rebuild): both are built first.
 bench: services ## measure speed (release build of outbox-bench and outbox-relay): drain, latency, replicas, hot key, references, median of 3 rounds; JSON in bench-results/
-	cargo build --release --quiet --bins -p outbox-relay -p outbox-bench
+	cargo build --release --quiet --bins -p outbox-relay-server -p outbox-bench
 	cargo run --release --quiet -p outbox-bench -- $(BENCH_ARGS)
 
 # --workspace: the relay, core/, consumer/, and the unshipped testkit/ and bench/.
@@ -61,12 +61,14 @@ lint: ## formatting and clippy of every crate of the workspace, warnings as erro
 	cargo clippy --workspace --all-targets $(TEST_FEATURES) -- -D warnings
 	cargo clippy -p outbox-consumer --no-default-features --all-targets -- -D warnings
 
-# outbox-core is published with the two crates that need it; cargo resolves the unpublished
-# path dependencies among the packages of one invocation. Each package is built from its
-# .crate file, as crates.io would build it.
-package: ## the crates as crates.io would take them: cargo package of outbox-consumer, and cargo publish --dry-run of outbox-core, outbox-consumer and outbox-relay
-	cargo package -p outbox-consumer
-	cargo publish --dry-run -p outbox-core -p outbox-consumer -p outbox-relay
+# The packages' names on crates.io: outbox-relay-server (the relay: binary outbox-relay,
+# library outbox_relay), outbox-consumer, and outbox-relay-core (library outbox_core), which
+# the other two need and is published with them: cargo resolves unpublished path
+# dependencies among the packages of one invocation. Each package is built from its .crate
+# file, as crates.io would build it.
+package: ## the crates as crates.io would take them: cargo package of outbox-consumer, and cargo publish --dry-run of outbox-relay-core, outbox-consumer and outbox-relay-server
+	cargo package -p outbox-relay-core -p outbox-consumer
+	cargo publish --dry-run -p outbox-relay-core -p outbox-consumer -p outbox-relay-server
 
 fmt: ## format the code
 	cargo fmt --all

@@ -5,7 +5,7 @@
 # affinity to all CPUs on exit, whatever happens. Needs 2+ CPUs and permission to change the
 # servers' affinity (root, or the servers' owner).
 #   scripts/bench-pinned.sh --only drain,ceiling --repeat 2
-# Build both binaries first: cargo build --release --bins -p outbox-relay -p outbox-bench
+# Build both binaries first: cargo build --release --bins -p outbox-relay-server -p outbox-bench
 # (outbox-bench runs the outbox-relay beside it).
 set -euo pipefail
 bin="${BENCH_BIN:-./target/release/outbox-bench}"

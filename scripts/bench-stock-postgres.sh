@@ -5,7 +5,7 @@
 # so only a server like this one shows what autovacuum (and migration 8's thresholds) does
 # under a long load. Extra `postgresql.conf` lines can be passed in PG_CONF.
 #   scripts/bench-stock-postgres.sh --only soak --soak-duration 10m
-# Build both binaries first: cargo build --release --bins -p outbox-relay -p outbox-bench
+# Build both binaries first: cargo build --release --bins -p outbox-relay-server -p outbox-bench
 # (outbox-bench runs the outbox-relay beside it).
 set -euo pipefail
 bin="${BENCH_BIN:-./target/release/outbox-bench}"
