@@ -14,6 +14,13 @@ fn relay(args: &[&str], env: &[(&str, &str)]) -> Output {
         .expect("run binary")
 }
 
+/// The standard output of a command that must have exited 0 (its stderr otherwise).
+fn succeeded(out: &Output) -> String {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 fn assert_config_error(out: &Output, setting: &str) {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "stderr: {stderr}");
@@ -209,13 +216,7 @@ fn config_prints_the_effective_settings_without_secrets() {
             ("OUTBOX__LOG__FORMAT", "json"),
         ],
     );
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = succeeded(&out);
     assert!(!text.contains("hunter2"), "{text}");
     for shown in [
         "postgres://app:***@db.internal/app",
@@ -259,13 +260,7 @@ fn secrets_come_from_files_and_a_value_beside_its_file_is_refused() {
             ("OUTBOX__ADMIN__TOKEN_FILE", token.as_str()),
         ],
     );
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = succeeded(&out);
     assert!(
         text.contains("postgres://app:***@db.internal/app\""),
         "{text}"

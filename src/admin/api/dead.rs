@@ -8,6 +8,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::body::Object;
 use super::error::ApiResult;
+use super::openapi::TopicName;
 use crate::admin::actions::check_dead_filter;
 use crate::admin::caller::Caller;
 use crate::admin::AdminState;
@@ -19,16 +20,8 @@ use crate::db::dead::{self, DeadAction, DeadFilter};
 #[into_params(parameter_in = Query)]
 pub struct Filter {
     /// Only this topic.
-    #[param(
-        min_length = 1,
-        max_length = 255,
-        pattern = "^[^\\x00-\\x20\\x7f-\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]+$"
-    )]
-    #[schema(
-        min_length = 1,
-        max_length = 255,
-        pattern = "^[^\\x00-\\x20\\x7f-\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]+$"
-    )]
+    #[param(value_type = Option<TopicName>)]
+    #[schema(value_type = Option<TopicName>)]
     pub topic: Option<String>,
     /// Only this partition key.
     #[param(pattern = "^[^\\x00]*$")]

@@ -11,6 +11,7 @@ use uuid::Uuid;
 
 use super::body::Object;
 use super::error::{ApiError, ApiResult};
+use super::openapi::TopicName;
 use super::{next_cursor, valid_topic, Page};
 use crate::admin::actions::{check_text, Enqueued};
 use crate::admin::caller::Caller;
@@ -124,11 +125,7 @@ pub struct ListQuery {
     /// Only events in this state.
     pub status: Option<StatusParam>,
     /// Only this topic.
-    #[param(
-        min_length = 1,
-        max_length = 255,
-        pattern = "^[^\\x00-\\x20\\x7f-\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]+$"
-    )]
+    #[param(value_type = Option<TopicName>)]
     pub topic: Option<String>,
     /// Only this partition key (any topic unless `topic` is given).
     #[param(pattern = "^[^\\x00]*$")]
@@ -268,11 +265,7 @@ pub async fn timeline(
 #[serde(deny_unknown_fields)]
 pub struct EnqueueRequest {
     /// Routing name: 1 to 255 characters, no whitespace or control characters.
-    #[schema(
-        min_length = 1,
-        max_length = 255,
-        pattern = "^[^\\x00-\\x20\\x7f-\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]+$"
-    )]
+    #[schema(value_type = TopicName)]
     pub topic: String,
     /// The body: any JSON value without a NUL character (`\u0000`) in a string or a key
     /// (Postgres cannot store one; such a body is refused with 400).

@@ -24,6 +24,7 @@ use utoipa::IntoParams;
 
 use super::caller::authenticate;
 use error::ApiError;
+use openapi::TopicName;
 
 /// Largest JSON body accepted (an enqueued event with its headers; Redis entries default to
 /// at most 1 MiB too).
@@ -120,11 +121,7 @@ async fn not_found() -> Result<actix_web::HttpResponse, ApiError> {
 #[into_params(parameter_in = Path)]
 pub struct TopicPath {
     /// The topic: 1 to 255 characters, no whitespace or control characters (`/` as `%2F`).
-    #[param(
-        min_length = 1,
-        max_length = 255,
-        pattern = "^[^\\x00-\\x20\\x7f-\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]+$"
-    )]
+    #[param(value_type = TopicName)]
     pub topic: String,
 }
 

@@ -7,9 +7,10 @@ use serde::Serialize;
 use utoipa::openapi::header::Header;
 use utoipa::openapi::path::Operation;
 use utoipa::openapi::response::Response;
+use utoipa::openapi::schema::{ObjectBuilder, Schema, Type};
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 use utoipa::openapi::{Content, Ref, RefOr};
-use utoipa::{Modify, OpenApi, ToSchema};
+use utoipa::{Modify, OpenApi, PartialSchema, ToSchema};
 
 use super::{audit, dead, events, replicas, stats, topics};
 
@@ -26,7 +27,7 @@ use super::{audit, dead, events, replicas, stats, topics};
         audit::list,
         document,
     ),
-    components(schemas(ErrorBody)),
+    components(schemas(ErrorBody, TopicName)),
     modifiers(&BearerAuth, &ErrorResponses),
     security(("bearer" = [])),
 )]
@@ -43,6 +44,24 @@ impl Modify for BearerAuth {
         );
     }
 }
+
+/// A topic in the document: the table's rule ([`outbox_core::topic`]) as JSON Schema, so the
+/// pattern is the one the relay checks with.
+pub struct TopicName;
+
+impl PartialSchema for TopicName {
+    fn schema() -> RefOr<Schema> {
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .min_length(Some(1))
+            .max_length(Some(255))
+            .pattern(Some(outbox_core::topic::PATTERN))
+            .description(Some(format!("A topic: {}.", outbox_core::topic::RULE)))
+            .into()
+    }
+}
+
+impl ToSchema for TopicName {}
 
 /// The body of every answer that is not a success.
 #[derive(Debug, Serialize, ToSchema)]
@@ -201,12 +220,20 @@ mod tests {
         let json = serde_json::to_value(ApiDoc::openapi()).expect("json");
         let mut found = Vec::new();
         patterns(&json, "", &mut found);
-        let topics: Vec<_> = found.iter().filter(|(n, _)| n == "topic").collect();
-        // The path of 5 routes, the events list, the dead-letter filter, the enqueue body.
-        assert!(topics.len() >= 8, "{topics:?}");
-        for (_, p) in &topics {
-            assert_eq!(p, outbox_core::topic::PATTERN);
-        }
+        assert_eq!(
+            json["components"]["schemas"]["TopicName"]["pattern"],
+            outbox_core::topic::PATTERN
+        );
+        // Every topic (the path of 5 routes, the events list, the dead-letter filter, the
+        // enqueue body) is that schema, not a plain string.
+        let text = json.to_string();
+        let topics = text.matches("\"topic\"").count();
+        let named = text.matches("TopicName").count();
+        assert!(
+            topics >= 8 && named >= 8,
+            "{topics} topics, {named} TopicName"
+        );
+        assert!(!found.iter().any(|(n, _)| n == "topic"), "{found:?}");
         for (name, p) in &found {
             assert!(regex::Regex::new(p).is_ok(), "{name}: {p}");
         }
