@@ -237,13 +237,16 @@ impl Consumer {
                 stream::ensure_group(conn, key, &config.group).await?;
             }
             self.fleet.configure(&topics);
+            // A restart under the same name, or a new set of streams: look at each first.
+            state.maybe_pending = state.streams.iter().cloned().collect();
             state.group_ready = true;
         }
         self.fleet_chores(conn, state).await?;
         let streams = self.fleet.readable(&state.streams);
         let now = Instant::now();
         let claim_due = now >= state.next_claim;
-        if !state.unacked.is_empty() && (state.maybe_pending || claim_due) {
+        let check_due = streams.iter().any(|s| state.maybe_pending.contains(s));
+        if !state.unacked.is_empty() && (check_due || claim_due) {
             stream::ack(conn, config, &state.unacked).await?;
             state.stats.handled += state.unacked.len() as u64;
             state.unacked.clear();
@@ -254,25 +257,30 @@ impl Consumer {
                 let claimed = stream::claim_abandoned(conn, config, key).await?;
                 if claimed > 0 {
                     tracing::info!(claimed, stream = %key, "claimed entries idle longer than claim_idle from other consumers");
-                    state.maybe_pending = true;
+                    state.maybe_pending.insert(key.clone());
                 }
             }
             state.next_claim = now + claim_every(config);
         }
-        if state.maybe_pending {
-            let mut pending = Vec::new();
-            for key in &streams {
-                let mine = stream::pending_mine(conn, config, key).await?;
-                if !mine.is_empty() {
-                    pending.push((key.clone(), mine));
-                }
+        // Only the streams readable now are looked at: a partition whose lease cannot be
+        // trusted at the moment keeps its mark until it is readable and found empty, so its
+        // older entries still come before anything newer read from it.
+        let to_check: Vec<Arc<str>> = streams
+            .iter()
+            .filter(|s| state.maybe_pending.contains(*s))
+            .cloned()
+            .collect();
+        let mut pending = Vec::new();
+        for key in to_check {
+            let mine = stream::pending_mine(conn, config, &key).await?;
+            if mine.is_empty() {
+                state.none_pending(&key);
+            } else {
+                pending.push((key, mine));
             }
-            if !pending.is_empty() {
-                return self.pending_turn(ctx, conn, state, process, pending).await;
-            }
-            state.maybe_pending = false;
-            state.retry_at.clear();
-            state.fresh_unattempted.clear();
+        }
+        if !pending.is_empty() {
+            return self.pending_turn(ctx, conn, state, process, pending).await;
         }
         let from: Vec<stream::ReadFrom> = streams
             .iter()
@@ -284,14 +292,19 @@ impl Consumer {
         let read = stream::read_new(conn, config, &from, &state.unacked).await?;
         state.stats.handled += state.unacked.len() as u64;
         state.unacked.clear();
-        let raw = match read {
-            stream::NewEntries::Some(raw) => raw,
-            stream::NewEntries::None(last) => {
-                stream::wait_for_new(conn, config, &last).await?;
-                return Ok(Turn::Again);
+        let held = !read.held.is_empty();
+        for key in read.held {
+            tracing::info!(stream = %key, "entries of this consumer still pending there: handling them before reading newer ones");
+            state.maybe_pending.insert(key);
+        }
+        if read.entries.is_empty() {
+            if !held {
+                stream::wait_for_new(conn, config, &read.last).await?;
             }
-        };
-        let deliveries: Vec<Delivery> = raw
+            return Ok(Turn::Again);
+        }
+        let deliveries: Vec<Delivery> = read
+            .entries
             .into_iter()
             .map(|raw| Delivery::new(raw, &self.group, 1, false))
             .collect();
@@ -326,8 +339,7 @@ impl Consumer {
             )
             .await?;
             self.fleet.forget(&stream_key);
-            state.retry_at.retain(|at, _| at.stream != stream_key);
-            state.fresh_unattempted.retain(|at| at.stream != stream_key);
+            state.none_pending(&stream_key);
             tracing::info!(stream = %stream_key, "gave up partition for a rebalance");
         }
         for (stream_key, owner, lease) in self.fleet.to_hand_over() {
@@ -342,7 +354,7 @@ impl Consumer {
             {
                 Some(taken) => {
                     self.fleet.handed_over(&stream_key);
-                    state.maybe_pending = true;
+                    state.maybe_pending.insert(stream_key.clone());
                     tracing::info!(stream = %stream_key, partition = lease.partition, epoch = lease.epoch, taken, "partition handed over: its unacknowledged entries first, in order");
                 }
                 None => self.fleet.forget(&stream_key),
@@ -424,6 +436,10 @@ impl Consumer {
         let mut redis_error = None;
         let mut outage_error = None;
         for outcome in outcomes {
+            if !matches!(outcome.fate, Fate::Done | Fate::DeadLettered) {
+                // Still in this consumer's pending list: handled before anything newer there.
+                state.maybe_pending.insert(outcome.at.stream.clone());
+            }
             if !matches!(outcome.fate, Fate::HeldBack { .. }) {
                 // Attempted now: its next delivery is counted from the group's counter.
                 state.fresh_unattempted.remove(&outcome.at);
@@ -436,7 +452,6 @@ impl Consumer {
                 }
                 Fate::Failed { delivery } => {
                     state.stats.failed += 1;
-                    state.maybe_pending = true;
                     let delay = backoff::retry_delay(
                         u32::try_from(delivery).unwrap_or(u32::MAX),
                         self.config.retry_base,
@@ -446,20 +461,17 @@ impl Consumer {
                     state.retry_at.insert(outcome.at, Instant::now() + delay);
                 }
                 Fate::Outage(error) => {
-                    state.maybe_pending = true;
                     outage_error = Some(error);
                     let delay =
                         backoff::outage_pause(1, backoff::unit()).max(Duration::from_secs(1));
                     state.retry_at.insert(outcome.at, Instant::now() + delay);
                 }
                 Fate::HeldBack { fresh } => {
-                    state.maybe_pending = true;
                     if fresh {
                         state.fresh_unattempted.insert(outcome.at);
                     }
                 }
                 Fate::Lost(e) => {
-                    state.maybe_pending = true;
                     if let Some(e) = e {
                         redis_error = Some(e);
                     }
@@ -528,8 +540,9 @@ struct LoopState {
     group_ready: bool,
     /// The streams read: each topic's, or each of its partitions' (resolved with the group).
     streams: Vec<Arc<str>>,
-    /// This consumer may have pending entries: look before reading new ones.
-    maybe_pending: bool,
+    /// Streams where this consumer may have pending entries: looked at (and those handled)
+    /// before new entries are read.
+    maybe_pending: HashSet<Arc<str>>,
     /// Handled, not yet acknowledged (waiting for the next read, or the XACK failed).
     unacked: Vec<EntryRef>,
     /// When each failed entry may be delivered again.
@@ -548,8 +561,7 @@ impl LoopState {
         LoopState {
             group_ready: false,
             streams: Vec::new(),
-            // A restart under the same name finishes what it held first.
-            maybe_pending: true,
+            maybe_pending: HashSet::new(),
             unacked: Vec::new(),
             retry_at: HashMap::new(),
             fresh_unattempted: HashSet::new(),
@@ -559,6 +571,15 @@ impl LoopState {
             handler_outages: ErrorLog::new(Duration::from_secs(30)),
             stats: RunStats::default(),
         }
+    }
+
+    /// `stream` holds none of this consumer's pending entries (looked at, or given up): its
+    /// retry bookkeeping goes too.
+    fn none_pending(&mut self, stream: &str) {
+        self.maybe_pending.remove(stream);
+        self.retry_at.retain(|at, _| at.stream.as_ref() != stream);
+        self.fresh_unattempted
+            .retain(|at| at.stream.as_ref() != stream);
     }
 
     fn redis_ok(&mut self) {
@@ -575,7 +596,7 @@ impl LoopState {
     /// Logs (rate-limited) and returns how long to wait before the next turn.
     fn redis_failed(&mut self, config: &ConsumerConfig, e: &redis::RedisError) -> Duration {
         self.outage_failures = self.outage_failures.saturating_add(1);
-        self.maybe_pending = true;
+        self.maybe_pending.extend(self.streams.iter().cloned());
         if let Some(suppressed) = self.errors.admit(Instant::now()) {
             tracing::warn!(
                 error = %e, suppressed, group = %config.group, consumer = %config.consumer,

@@ -322,12 +322,26 @@ impl<B: BatchHandler> Process for Batches<B> {
         all.sort_by_key(|d| stream_id_order(&d.raw.stream_id));
         let mut out = Vec::new();
         let mut batch = Vec::new();
+        // Keys with an entry left out of the batch: their later entries wait for it.
+        let mut blocked = std::collections::HashSet::new();
         for d in all {
-            match before_handling(ctx, &mut conn, &d).await {
-                Err(fate) => out.push(Outcome {
+            if d.lane.as_ref().is_some_and(|lane| blocked.contains(lane)) {
+                out.push(Outcome {
                     at: d.raw.at(),
-                    fate,
-                }),
+                    fate: Fate::HeldBack { fresh: !d.take },
+                });
+                continue;
+            }
+            match before_handling(ctx, &mut conn, &d).await {
+                Err(fate) => {
+                    if !matches!(fate, Fate::DeadLettered) {
+                        blocked.extend(d.lane.clone());
+                    }
+                    out.push(Outcome {
+                        at: d.raw.at(),
+                        fate,
+                    })
+                }
                 Ok(lease) => batch.push((d, lease)),
             }
         }

@@ -640,6 +640,94 @@ async fn on_a_cluster_fleets_of_every_handler_kind_keep_key_order() {
     fleets_of_every_handler_kind_divide_and_hand_over(&db, &redis).await;
 }
 
+/// A consumer starved of CPU (here a handler blocks its runtime's only thread, heartbeat
+/// included) past the time it trusts its lease, but not past the lease in Redis: the entries
+/// of the key it stopped handling when the lease lapsed locally stay in its pending list, and
+/// once the heartbeat renews the lease they are handled before any newer entry of that key.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_consumer_starved_past_its_lease_handles_a_keys_older_entries_before_newer_ones() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    let db = TestDb::new().await;
+    let redis = TestRedis::shared();
+    let _relay = RelayProc::spawn("fleet-starved", &relay_env(&db, &redis));
+    // Ten events of one key, published before the consumer starts.
+    produce_rounds(&db.url, 0, 1, 10, 1, 1, Duration::ZERO).await;
+    let partition = outbox_core::partition::for_key("k0", PARTITIONS);
+    let stream = redis.stream(&format!("t0:{partition}"));
+    wait_until(Duration::from_secs(30), || async {
+        let len: usize = redis.reader().await.xlen(&stream).await.unwrap_or(0);
+        match len {
+            10 => Ok(()),
+            n => Err(format!("{n} entries published")),
+        }
+    })
+    .await;
+    // Lease 6 s: trusted for 4 s after a renewal sent at most 1 s before the block; the
+    // 4.5 s block outlasts that trust and ends before the lease runs out in Redis.
+    let config = outbox_consumer::ConsumerConfig::new(&redis.url, "t0", "starved")
+        .cluster(redis.cluster)
+        .stream_prefix(&redis.prefix)
+        .consumer("starved-0")
+        .claim_idle(Duration::from_secs(6))
+        .block(Duration::from_millis(200));
+    let consumer = outbox_consumer::Consumer::new(config).expect("config");
+    let seen = Seen::default();
+    let blocked = Arc::new(AtomicBool::new(false));
+    let (unblocked_tx, unblocked_rx) = tokio::sync::oneshot::channel::<()>();
+    let unblocked_tx = std::sync::Mutex::new(Some(unblocked_tx));
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let handler = {
+        let (seen, blocked) = (seen.clone(), blocked.clone());
+        move |entry: outbox_consumer::Entry| {
+            let (seen, blocked) = (seen.clone(), blocked.clone());
+            let unblocked = match blocked.swap(true, Ordering::SeqCst) {
+                false => unblocked_tx.lock().ok().and_then(|mut tx| tx.take()),
+                true => None,
+            };
+            async move {
+                record(&seen, &entry)?;
+                if let Some(unblocked) = unblocked {
+                    std::thread::sleep(Duration::from_millis(4500));
+                    let _ = unblocked.send(());
+                }
+                Ok::<(), outbox_consumer::HandlerError>(())
+            }
+        }
+    };
+    let runner = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        runtime.block_on(consumer.run(handler, async {
+            let _ = stop_rx.await;
+        }))
+    });
+    tokio::time::timeout(Duration::from_secs(60), unblocked_rx)
+        .await
+        .expect("the consumer handled its first entry")
+        .expect("unblocked");
+    // Newer events of the key while the consumer finds its lease lapsed and renews it.
+    produce_rounds(&db.url, 10, 1, 10, 1, 1, Duration::ZERO).await;
+    wait_until(Duration::from_secs(30), || async {
+        match seen.lock().map(|s| s.len()).unwrap_or(0) {
+            20 => Ok(()),
+            n => Err(format!(
+                "{n} of 20 handled: {:?}",
+                seen.lock().map(|s| s.clone())
+            )),
+        }
+    })
+    .await;
+    let _ = stop_tx.send(());
+    let stats = runner.join().expect("consumer thread");
+    let seen = seen.lock().expect("lock").clone();
+    assert_once_in_key_order(&seen, 20, "starved");
+    assert_eq!(stats.handled, 20, "{stats:?}");
+}
+
 /// `outbox-relay repartition t0 3` while the fleet holds unacknowledged entries of the 2 old
 /// partitions: it waits for them, the fleet finishes them, follows the new count and divides
 /// the 3 partitions; every event takes effect once, each key in commit order.

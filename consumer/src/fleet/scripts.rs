@@ -47,16 +47,23 @@ return redis.call('INCR', KEYS[2])
 /// unfenced stream. Reads new entries (`XREADGROUP ... >`, not blocking) of the streams whose
 /// lease this consumer holds, and of the unfenced ones. Returns `{'e', reply}` with entries;
 /// `{'w', {stream, last id, ...}}` when there is nothing new (the ids to block on with XREAD);
-/// `{'n'}` when no stream may be read.
+/// `{'n'}` when no stream may be read; `{'p', {stream, ...}}`, reading nothing, when this
+/// consumer still has entries of those streams pending: an entry read now could overtake an
+/// older one of its key, so the loop handles those first whatever its bookkeeping says.
 const READ: &str = r"
 local n = #ARGV - 3
-local streams = {}
+local streams, held = {}, {}
 for i = 1, n do
   local o = tonumber(ARGV[3 + i])
   if o == 0 or redis.call('GET', KEYS[n + o]) == ARGV[2] then
-    streams[#streams + 1] = KEYS[i]
+    if #redis.call('XPENDING', KEYS[i], ARGV[1], '-', '+', 1, ARGV[2]) > 0 then
+      held[#held + 1] = KEYS[i]
+    else
+      streams[#streams + 1] = KEYS[i]
+    end
   end
 end
+if #held > 0 then return {'p', held} end
 if #streams == 0 then return {'n'} end
 local args = {'XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', ARGV[3], 'STREAMS'}
 for _, s in ipairs(streams) do args[#args + 1] = s end

@@ -19,8 +19,8 @@ mod settle;
 
 pub(crate) use hold::{claim_abandoned, keep_idle_low, take_for_delivery};
 pub(crate) use read::{
-    ensure_group, fetch, pending_mine, read_new, resolve_partitions, wait_for_new, NewEntries,
-    Pending, ReadFrom,
+    ensure_group, fetch, pending_mine, read_new, resolve_partitions, wait_for_new, Pending,
+    ReadFrom,
 };
 pub(crate) use reply::{parse_entries, parse_read_reply};
 pub(crate) use settle::{ack, dead_letter};

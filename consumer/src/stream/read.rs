@@ -28,17 +28,21 @@ pub(crate) struct ReadFrom {
 }
 
 /// What a read of new entries found.
-#[derive(Debug)]
-pub(crate) enum NewEntries {
+#[derive(Debug, Default)]
+pub(crate) struct NewEntries {
     /// Entries, now in this consumer's pending list.
-    Some(Vec<RawEntry>),
-    /// Nothing new: each readable stream's last id, to wait on ([`wait_for_new`]).
-    None(Vec<(Arc<str>, String)>),
+    pub(crate) entries: Vec<RawEntry>,
+    /// When nothing was new: each stream's last id, to wait on ([`wait_for_new`]).
+    pub(crate) last: Vec<(Arc<str>, String)>,
+    /// Streams not read because this consumer still has pending entries there (those come
+    /// first).
+    pub(crate) held: Vec<Arc<str>>,
 }
 
 /// Up to `count` entries of each stream never delivered to the group (`XREADGROUP ... >`,
-/// inside a script that skips partitions whose lease this consumer no longer holds), now in
-/// this consumer's pending list; `acks` are acknowledged first, in the same round trip. One
+/// inside a script that skips partitions whose lease this consumer no longer holds, and reads
+/// nothing while this consumer has entries of a stream pending), now in this consumer's
+/// pending list; `acks` are acknowledged first, in the same round trip. One
 /// script per hash slot on a cluster.
 pub(crate) async fn read_new(
     conn: &mut RedisConn,
@@ -77,8 +81,7 @@ pub(crate) async fn read_new(
             .collect()
     };
     let keys: Vec<Arc<str>> = from.iter().map(|r| r.stream.clone()).collect();
-    let mut entries = Vec::new();
-    let mut last = Vec::new();
+    let mut read = NewEntries::default();
     for reply in replies {
         let Value::Array(mut parts) = reply else {
             continue;
@@ -92,15 +95,13 @@ pub(crate) async fn read_new(
             Value::Nil
         };
         match value_text(&parts[0]).as_deref() {
-            Some("e") => entries.extend(parse_read_reply(body, &keys)),
-            Some("w") => last.extend(parse_last_ids(body, &keys)),
+            Some("e") => read.entries.extend(parse_read_reply(body, &keys)),
+            Some("w") => read.last.extend(parse_last_ids(body, &keys)),
+            Some("p") => read.held.extend(parse_streams(body, &keys)),
             _ => {}
         }
     }
-    Ok(match entries.is_empty() {
-        true => NewEntries::None(last),
-        false => NewEntries::Some(entries),
-    })
+    Ok(read)
 }
 
 /// Adds the lease-checked read of `group` (streams of one slot) to `pipe`.
@@ -121,6 +122,25 @@ fn add_read(pipe: &mut redis::Pipeline, config: &ConsumerConfig, group: &[&ReadF
     );
 }
 
+/// `{stream, stream, ...}` as the keys read.
+fn parse_streams(body: Value, keys: &[Arc<str>]) -> Vec<Arc<str>> {
+    let Value::Array(names) = body else {
+        return Vec::new();
+    };
+    names
+        .iter()
+        .filter_map(|name| Some(known_key(keys, value_text(name)?)))
+        .collect()
+}
+
+/// The read key spelled `name` (shared), or a new one.
+fn known_key(keys: &[Arc<str>], name: String) -> Arc<str> {
+    keys.iter()
+        .find(|k| k.as_ref() == name)
+        .cloned()
+        .unwrap_or_else(|| Arc::from(name))
+}
+
 /// `{stream, id, stream, id, ...}` as pairs.
 fn parse_last_ids(body: Value, keys: &[Arc<str>]) -> Vec<(Arc<str>, String)> {
     let Value::Array(flat) = body else {
@@ -130,12 +150,7 @@ fn parse_last_ids(body: Value, keys: &[Arc<str>]) -> Vec<(Arc<str>, String)> {
         .filter_map(|pair| {
             let name = value_text(pair.first()?)?;
             let id = value_text(pair.get(1)?)?;
-            let key = keys
-                .iter()
-                .find(|k| k.as_ref() == name)
-                .cloned()
-                .unwrap_or_else(|| Arc::from(name));
-            Some((key, id))
+            Some((known_key(keys, name), id))
         })
         .collect()
 }
