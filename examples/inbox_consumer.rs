@@ -13,7 +13,6 @@
 //! On a Redis Cluster pass `--cluster` (or `OUTBOX__REDIS__CLUSTER=true`) with the seed nodes,
 //! comma-separated, in `REDIS_URL`.
 
-use std::io::IsTerminal;
 use std::time::Duration;
 
 use clap::Parser;
@@ -22,6 +21,7 @@ use diesel_async::pooled_connection::AsyncDieselConnectionManager;
 use diesel_async::{AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
 use outbox_consumer::inbox::{self, Inbox};
 use outbox_consumer::{Consumer, ConsumerConfig, Entry};
+use outbox_relay::config::LogFormat;
 
 #[derive(Parser)]
 #[command(about = "Consume an outbox topic into example_effects, exactly once, with the inbox")]
@@ -96,15 +96,20 @@ enum EffectError {
 
 #[tokio::main]
 async fn main() {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
+    // The relay's logs and traces: RUST_LOG, and the OTEL_* variables (processing spans,
+    // children of the relay's publish spans, as `inbox-consumer` unless OTEL_SERVICE_NAME).
+    let traces = match outbox_relay::telemetry::install(LogFormat::Text, "inbox-consumer") {
+        Ok(exporting) => exporting,
+        Err(e) => {
+            eprintln!("inbox_consumer: {e}");
+            std::process::exit(2);
+        }
+    };
     let args = Args::parse();
-    if let Err(e) = run(args).await {
+    let result = run(args).await;
+    // Sends the spans still queued before the process ends.
+    drop(traces);
+    if let Err(e) = result {
         eprintln!("inbox_consumer: {e}");
         std::process::exit(1);
     }

@@ -21,7 +21,13 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    outbox_relay::telemetry::install_logs(settings.log.format);
+    let _traces = match outbox_relay::telemetry::install(settings.log.format, "outbox-relay") {
+        Ok(exporting) => exporting,
+        Err(error) => {
+            eprintln!("outbox-relay: {error}");
+            return ExitCode::from(2);
+        }
+    };
     let system = actix_rt::System::new();
     match system.block_on(commands::execute(cli.command, settings)) {
         Ok(()) => ExitCode::SUCCESS,

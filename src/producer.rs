@@ -50,7 +50,8 @@ pub struct NewEvent {
     pub payload: serde_json::Value,
     /// Ordering key; events of one key reach the stream in commit order.
     pub partition_key: Option<String>,
-    /// Passed through to the stream entry.
+    /// Passed through to the stream entry. [`enqueue`] adds the caller's trace context as
+    /// `traceparent` when the object has none.
     pub headers: Option<serde_json::Value>,
     /// Do not publish before this time (default: now).
     #[diesel(treat_none_as_default_value = true)]
@@ -142,6 +143,7 @@ pub async fn enqueue_many(
     for event in events {
         check_nul(event)?;
     }
+    let events = with_trace_context(events);
     // Five binds per row; Postgres takes at most 65,535 per statement.
     let mut ids = Vec::with_capacity(events.len());
     for chunk in events.chunks(10_000) {
@@ -153,6 +155,59 @@ pub async fn enqueue_many(
         ids.append(&mut inserted);
     }
     Ok(ids)
+}
+
+/// `events`, each with the caller's trace context (its current span, or else OpenTelemetry's
+/// current context) as its `traceparent` header, unless it names one already or its headers
+/// are not an object. Unchanged when the caller is in no recorded span.
+fn with_trace_context(events: &[NewEvent]) -> std::borrow::Cow<'_, [NewEvent]> {
+    use opentelemetry::trace::TraceContextExt;
+    use outbox_core::trace::{TRACEPARENT, TRACESTATE};
+    use tracing_opentelemetry::OpenTelemetrySpanExt;
+
+    let lacks = |e: &NewEvent| match &e.headers {
+        None => true,
+        Some(serde_json::Value::Object(map)) => !map.contains_key(TRACEPARENT),
+        Some(_) => false,
+    };
+    if !events.iter().any(lacks) {
+        return events.into();
+    }
+    let mut context = tracing::Span::current()
+        .context()
+        .span()
+        .span_context()
+        .clone();
+    if !context.is_valid() {
+        context = opentelemetry::Context::current()
+            .span()
+            .span_context()
+            .clone();
+    }
+    if !context.is_valid() {
+        return events.into();
+    }
+    let traceparent = serde_json::Value::String(outbox_core::trace::format(&context));
+    let tracestate = context.trace_state().header();
+    events
+        .iter()
+        .map(|event| {
+            let mut event = event.clone();
+            if lacks(&event) {
+                let headers = event
+                    .headers
+                    .get_or_insert_with(|| serde_json::Value::Object(Default::default()));
+                if let serde_json::Value::Object(map) = headers {
+                    map.insert(TRACEPARENT.to_string(), traceparent.clone());
+                    if !tracestate.is_empty() && !map.contains_key(TRACESTATE) {
+                        map.insert(TRACESTATE.to_string(), tracestate.clone().into());
+                    }
+                }
+            }
+            event
+        })
+        .collect::<Vec<_>>()
+        .into()
 }
 
 #[cfg(test)]

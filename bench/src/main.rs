@@ -24,7 +24,16 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    outbox_relay::telemetry::install_logs(outbox_relay::config::LogFormat::Text);
+    let _traces = match outbox_relay::telemetry::install(
+        outbox_relay::config::LogFormat::Text,
+        "outbox-bench",
+    ) {
+        Ok(exporting) => exporting,
+        Err(error) => {
+            eprintln!("outbox-bench: {error}");
+            return ExitCode::from(2);
+        }
+    };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build();

@@ -8,6 +8,7 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use futures::{FutureExt, StreamExt};
+use tracing::Instrument;
 use uuid::Uuid;
 
 use outbox_core::{panic, Entry, EntryError, Lease, RedisConn};
@@ -16,6 +17,7 @@ use crate::config::ConsumerConfig;
 use crate::fleet::{Check, Fleet};
 use crate::handler::{BatchHandler, Batches, ErrorKind, Handler, HandlerError};
 use crate::lanes::Keyed;
+use crate::spans;
 use crate::stream::{self, EntryRef, RawEntry};
 
 /// What the lanes share.
@@ -292,7 +294,11 @@ async fn one<H: Handler>(handler: &H, ctx: &Ctx<'_>, conn: &mut RedisConn, d: &D
     };
     let mut entry = entry.clone();
     entry.lease = lease;
-    let result = called(handler.handle(entry)).await;
+    let span = spans::for_entry(&d.raw.stream, &entry);
+    let result = called(handler.handle(entry).instrument(span.clone())).await;
+    if let Err(failure) = &result {
+        spans::failed(&span, &failure.error);
+    }
     after_handler(ctx, conn, d, &result).await
 }
 
@@ -356,7 +362,12 @@ impl<B: BatchHandler> Process for Batches<B> {
                 Some(entry)
             })
             .collect();
-        let result = called(self.0.handle_batch(entries)).await;
+        let first_stream = batch.first().map(|(d, _)| d.raw.stream.clone());
+        let span = spans::for_batch(&entries, first_stream.as_deref().unwrap_or_default());
+        let result = called(self.0.handle_batch(entries).instrument(span.clone())).await;
+        if let Err(failure) = &result {
+            spans::failed(&span, &failure.error);
+        }
         for (d, _) in batch {
             let fate = after_handler(ctx, &mut conn, &d, &result).await;
             out.push(Outcome {

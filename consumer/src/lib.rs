@@ -71,6 +71,7 @@ mod handling;
 #[cfg(feature = "inbox")]
 pub mod inbox;
 mod lanes;
+mod spans;
 mod stream;
 
 pub use config::{ConfigError, ConsumerConfig};

@@ -32,6 +32,7 @@ pub mod prepared;
 pub mod redis_conn;
 pub mod sentinel;
 pub mod topic;
+pub mod trace;
 
 pub use entry::{Entry, EntryError, Lease};
 pub use redis_conn::{ConnectError, RedisConn};

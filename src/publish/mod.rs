@@ -17,6 +17,7 @@ pub mod lost;
 pub mod marks;
 pub mod memory;
 pub mod script;
+mod trace;
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -192,6 +193,8 @@ struct ScriptCall<'a> {
     ttl: u64,
     /// The stream's mark, empty when unknown.
     mark: String,
+    /// The traced events' spans and headers.
+    spans: &'a trace::Spans,
 }
 
 impl ScriptCall<'_> {
@@ -226,7 +229,7 @@ impl ScriptCall<'_> {
             .arg(self.mark.as_str());
         let mut uuid = Uuid::encode_buffer();
         let mut label = String::with_capacity(8);
-        for (event, chain) in self.sent {
+        for (index, (event, chain)) in self.sent.iter().enumerate() {
             let created = created_at_text(&event.created_at);
             label.clear();
             let mark = if event.key.is_some() { 'k' } else { 'u' };
@@ -235,7 +238,7 @@ impl ScriptCall<'_> {
                 .arg(label.as_str())
                 .arg(event.id.hyphenated().encode_lower(&mut uuid) as &str)
                 .arg(event.payload.as_str())
-                .arg(event.headers.as_str())
+                .arg(self.spans.headers(index, event))
                 .arg(created.as_str())
                 .arg(event.key.as_deref().unwrap_or(""));
         }
@@ -523,7 +526,8 @@ impl Publisher {
     }
 
     /// One script call: appends `sent` (event, index of its chain) to `stream` with dedup;
-    /// every entry's `topic` field is `topic`, sent once.
+    /// every entry's `topic` field is `topic`, sent once. Traced events are sent in spans of
+    /// their traces ([`trace`]).
     async fn invoke(
         &self,
         stream: &str,
@@ -531,6 +535,21 @@ impl Publisher {
         sent: &[(&StreamEvent, usize)],
         maxlen: u64,
         mark: Option<EntryId>,
+    ) -> Result<script::Reply, PublishError> {
+        let spans = trace::Spans::start(stream, sent);
+        let result = self.call(stream, topic, sent, maxlen, mark, &spans).await;
+        spans.finish(&result);
+        result
+    }
+
+    async fn call(
+        &self,
+        stream: &str,
+        topic: &str,
+        sent: &[(&StreamEvent, usize)],
+        maxlen: u64,
+        mark: Option<EntryId>,
+        spans: &trace::Spans,
     ) -> Result<script::Reply, PublishError> {
         let now = Utc::now().timestamp().max(0) as u64;
         let script_call = ScriptCall {
@@ -542,6 +561,7 @@ impl Publisher {
             retired: keys::retired_dedup_key(stream, self.config.dedup_window, now),
             ttl: keys::dedup_ttl_secs(self.config.dedup_window),
             mark: mark.map(|m| m.to_string()).unwrap_or_default(),
+            spans,
         };
         let cmd = script_call.command(Verb::EvalSha);
         let mut conn = self.conn.clone();

@@ -65,5 +65,6 @@ mod supervision;
 pub mod support;
 mod tail;
 mod tls;
+mod traces;
 pub mod ui;
 mod wake;

@@ -241,6 +241,19 @@ impl ExampleConsumer {
         name: &str,
         args: &[&str],
     ) -> ExampleConsumer {
+        Self::spawn_with_env(db, redis, topic, group, name, args, &[])
+    }
+
+    /// [`ExampleConsumer::spawn`] with more environment variables.
+    pub fn spawn_with_env(
+        db: &TestDb,
+        redis: &TestRedis,
+        topic: &str,
+        group: &str,
+        name: &str,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> ExampleConsumer {
         let log = std::env::temp_dir().join(format!(
             "inbox-consumer-{name}-{}.log",
             Uuid::new_v4().simple()
@@ -253,7 +266,8 @@ impl ExampleConsumer {
             .env("DATABASE_URL", &db.url)
             .env("REDIS_URL", &redis.url)
             .env("OUTBOX__REDIS__STREAM_PREFIX", &redis.prefix)
-            .env("RUST_LOG", "info");
+            .env("RUST_LOG", "info")
+            .envs(env.iter().copied());
         if redis.cluster {
             cmd.env("OUTBOX__REDIS__CLUSTER", "true");
         }

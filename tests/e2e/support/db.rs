@@ -84,6 +84,22 @@ impl TestDb {
         v.v
     }
 
+    /// Runs SQL returning one text.
+    pub async fn text(&self, sql: &str) -> String {
+        #[derive(diesel::QueryableByName)]
+        struct V {
+            #[diesel(sql_type = diesel::sql_types::Text)]
+            v: String,
+        }
+        use diesel_async::RunQueryDsl;
+        let mut c = self.conn().await;
+        let v: V = diesel::sql_query(format!("SELECT ({sql})::text AS v"))
+            .get_result(&mut c)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+        v.v
+    }
+
     pub async fn exec(&self, sql: &str) {
         let mut c = self.conn().await;
         c.batch_execute(sql)

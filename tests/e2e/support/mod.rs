@@ -2,13 +2,14 @@
 //! ([`TestDb`], dropped after), its own Redis key prefix ([`TestRedis`], deleted after) or its
 //! own redis-server ([`OwnRedis`]), and real relay processes ([`RelayProc`], [`TokenRelay`]),
 //! reached with the one HTTP client, [`Http`]; a PgBouncer in front of Postgres ([`PgBouncer`]);
-//! `examples/inbox_consumer` processes ([`ExampleConsumer`]).
+//! `examples/inbox_consumer` processes ([`ExampleConsumer`]); an OTLP receiver ([`OtlpReceiver`]).
 
 mod cluster;
 mod consumers;
 mod db;
 mod events;
 mod http;
+mod otlp;
 mod pgbouncer;
 mod process;
 mod proxy;
@@ -30,6 +31,7 @@ pub use self::events::{
     produce_rounds,
 };
 pub use self::http::{form, Http, Resp};
+pub use self::otlp::{OtlpReceiver, ReceivedSpan};
 pub use self::pgbouncer::PgBouncer;
 pub use self::process::Logged;
 pub use self::proxy::Proxy;

@@ -12,6 +12,8 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use uuid::Uuid;
 
 use crate::config::LogFormat;
+
+pub mod traces;
 use crate::relay::actors::ActorName;
 
 const LATENCY_BUCKETS: &[f64] = &[
@@ -47,25 +49,37 @@ pub fn spawn_upkeep(handle: PrometheusHandle) {
     });
 }
 
-/// Logs to stderr as `log.format` says, filtered by `RUST_LOG` (default `info`). Shared by
-/// the relay's binary and the benchmark's, so both read the same filter the same way.
-pub fn install_logs(format: LogFormat) {
+/// Logs to stderr as `log.format` says, filtered by `RUST_LOG` (default `info`), and traces
+/// over OTLP when the environment asks for them ([`traces`]); `service` is the default
+/// `service.name`. Shared by the relay's binary, the benchmark's and the example consumer, so
+/// all read the same filter and the same OpenTelemetry variables the same way. Keep the
+/// returned [`traces::Exporting`] until the program ends.
+pub fn install(format: LogFormat, service: &str) -> Result<traces::Exporting, traces::TracesError> {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::Layer;
+
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let fmt = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Text => fmt.init(),
+    let logs = match format {
+        LogFormat::Text => tracing_subscriber::fmt::layer()
+            .with_writer(std::io::stderr)
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .boxed(),
         // The event's fields at the top level beside `message` (what log pipelines index),
         // and the spans it happened in with theirs.
-        LogFormat::Json => fmt
+        LogFormat::Json => tracing_subscriber::fmt::layer()
             .json()
             .flatten_event(true)
             .with_current_span(false)
             .with_span_list(true)
-            .init(),
-    }
+            .with_writer(std::io::stderr)
+            .boxed(),
+    };
+    let registry = tracing_subscriber::registry().with(logs.with_filter(filter));
+    let (spans, exporting) = traces::layer(service)?;
+    registry.with(spans).init();
+    Ok(exporting)
 }
 
 /// Installs the global metrics recorder; returns the handle `/metrics` renders.

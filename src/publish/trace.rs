@@ -1,0 +1,141 @@
+//! Publish spans: an event whose headers hold a W3C `traceparent` is sent in a span of that
+//! trace (OpenTelemetry's messaging conventions: kind producer, `messaging.destination.name`
+//! the stream key), and its entry's headers carry the span's own `traceparent`, so that the
+//! consumer's processing span is the publish span's child. Only while traces are exported
+//! ([`crate::telemetry::traces::enabled`]); otherwise no span is made and the headers go out
+//! as the producer wrote them, its `traceparent` included.
+
+use outbox_core::trace::{self, TRACEPARENT};
+use tracing_opentelemetry::OpenTelemetrySpanExt;
+
+use super::{Outcome, PublishError, StreamEvent};
+use crate::publish::script::Reply;
+
+/// The spans of one script call's traced events, and their rewritten headers.
+#[derive(Default)]
+pub(crate) struct Spans {
+    /// Per event sent: its span, and its headers with the span's `traceparent`.
+    traced: Vec<Option<(tracing::Span, Option<String>)>>,
+}
+
+impl Spans {
+    /// Starts a span for each event of `sent` that carries a trace context.
+    pub(crate) fn start(stream: &str, sent: &[(&StreamEvent, usize)]) -> Spans {
+        if !crate::telemetry::traces::enabled() {
+            return Spans::default();
+        }
+        let traced = sent
+            .iter()
+            .map(|(event, _)| start_one(stream, event))
+            .collect();
+        Spans { traced }
+    }
+
+    /// The headers to send for event `index` of the call: rewritten when it is traced.
+    pub(crate) fn headers<'a>(&'a self, index: usize, event: &'a StreamEvent) -> &'a str {
+        match self.traced.get(index) {
+            Some(Some((_, Some(headers)))) => headers,
+            _ => event.headers.as_str(),
+        }
+    }
+
+    /// Ends the spans with the call's result: an error status for an event that failed, was
+    /// skipped behind its key's failure, or met an outage.
+    pub(crate) fn finish(self, result: &Result<Reply, PublishError>) {
+        for (index, traced) in self.traced.into_iter().enumerate() {
+            let Some((span, _)) = traced else { continue };
+            let error = match result {
+                Ok(Reply::Done(outcomes, _)) => match outcomes.get(index) {
+                    Some(Outcome::Published) => None,
+                    Some(Outcome::Duplicate) => {
+                        span.set_attribute("outbox.duplicate", true);
+                        None
+                    }
+                    Some(Outcome::Failed(e)) => Some(e.clone()),
+                    Some(Outcome::Skipped) | None => {
+                        Some("not sent: an earlier event of its key failed".to_string())
+                    }
+                },
+                Ok(Reply::Behind { .. }) => {
+                    Some("not sent: the stream lost entries (see the relay's log)".to_string())
+                }
+                Err(e) => Some(e.to_string()),
+            };
+            trace::set_status(&span, error.as_deref());
+        }
+    }
+}
+
+/// The span of one event, and its headers naming that span, if it carries a trace context.
+fn start_one(stream: &str, event: &StreamEvent) -> Option<(tracing::Span, Option<String>)> {
+    if !event.headers.contains(TRACEPARENT) {
+        return None;
+    }
+    let context: TraceHeaders = serde_json::from_str(&event.headers).ok()?;
+    let traceparent = context.traceparent?;
+    let tracestate = context.tracestate.as_ref().and_then(|s| s.as_str());
+    let parent = trace::parse(traceparent.as_str()?, tracestate)?;
+    let span = tracing::info_span!(
+        target: outbox_core::trace::TARGET,
+        "publish",
+        otel.name = %format!("send {stream}"),
+        otel.kind = "producer",
+        messaging.system = "redis",
+        messaging.operation.type = "send",
+        messaging.operation.name = "send",
+        messaging.destination.name = %stream,
+        messaging.message.id = %event.id,
+        outbox.topic = %event.topic,
+    );
+    trace::set_parent(&span, parent.clone());
+    let rewritten = trace::traceparent_of(&span)
+        .and_then(|own| replace_traceparent(&event.headers, traceparent.as_str()?, &own));
+    Some((span, rewritten))
+}
+
+/// The trace context of an event's headers. Only these two values are parsed (the others are
+/// skipped unread), so a header holding a number no `f64` holds does not hide the context.
+#[derive(serde::Deserialize)]
+struct TraceHeaders {
+    traceparent: Option<serde_json::Value>,
+    tracestate: Option<serde_json::Value>,
+}
+
+/// `headers` (JSON text) with the value `old` of its `traceparent` replaced by `new`, the rest
+/// byte for byte as the producer wrote it; `None` when the value is not spelled plainly.
+fn replace_traceparent(headers: &str, old: &str, new: &str) -> Option<String> {
+    let key = headers.find(&format!("\"{TRACEPARENT}\""))?;
+    let quoted = format!("\"{old}\"");
+    let at = key + headers[key..].find(&quoted)?;
+    Some(format!(
+        "{}\"{new}\"{}",
+        &headers[..at],
+        &headers[at + quoted.len()..]
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const OLD: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    const NEW: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-1111111111111111-01";
+
+    #[test]
+    fn only_the_traceparent_value_changes() {
+        let headers = format!(r#"{{"a": "{OLD}", "n": 1e400, "traceparent": "{OLD}"}}"#);
+        assert_eq!(
+            replace_traceparent(&headers, OLD, NEW).as_deref(),
+            Some(format!(r#"{{"a": "{OLD}", "n": 1e400, "traceparent": "{NEW}"}}"#).as_str())
+        );
+        assert_eq!(replace_traceparent(r#"{"x": 1}"#, OLD, NEW), None);
+    }
+
+    #[test]
+    fn the_context_is_read_beside_values_no_f64_holds() {
+        let headers = format!(r#"{{"n": 1e400, "traceparent": "{OLD}", "tracestate": "a=b"}}"#);
+        let context: TraceHeaders = serde_json::from_str(&headers).expect("parses");
+        assert_eq!(context.traceparent, Some(serde_json::json!(OLD)));
+        assert_eq!(context.tracestate, Some(serde_json::json!("a=b")));
+    }
+}

@@ -1,0 +1,218 @@
+//! Traces over OTLP/HTTP into a receiver of the test's own: a producer's `traceparent` is the
+//! parent of the relay's publish span, the stream entry names that span, and the example
+//! consumer processes the entry in a child span of it; the Rust producer API writes the
+//! caller's trace context into the event.
+
+use std::time::Duration;
+
+use crate::support::*;
+
+const PRODUCER_TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+const PRODUCER_SPAN: &str = "00f067aa0ba902b7";
+
+/// OTLP's span kinds.
+const PRODUCER: i32 = 4;
+const CONSUMER: i32 = 5;
+
+/// The `traceparent` value in an entry's headers (JSON text).
+fn traceparent_in(headers: &str) -> Option<String> {
+    let headers: serde_json::Value = serde_json::from_str(headers).ok()?;
+    headers.get("traceparent")?.as_str().map(str::to_string)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_producers_trace_runs_through_the_publish_span_to_the_consumers_span() {
+    let receiver = OtlpReceiver::start().await;
+    let db = TestDb::new().await;
+    let redis = TestRedis::shared();
+    let otel = [
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint()),
+        ("OTEL_BSP_SCHEDULE_DELAY", "100".to_string()),
+    ];
+    let mut env = base_env(&db, &redis);
+    env.extend(otel.iter().map(|(k, v)| (k.to_string(), v.clone())));
+    env.push(("OTEL_SERVICE_NAME".into(), "relay-under-test".into()));
+    let _relay = RelayProc::spawn("traces", &env);
+    // A traced event (with a vendor's tracestate, and a number an f64 would round beside
+    // it), an untraced one, and one whose traceparent is malformed, all of one key.
+    db.exec(&format!(
+        "INSERT INTO outbox (topic, payload, partition_key, headers) VALUES
+         ('t0', '{{\"n\": 1}}', 'k', '{{\"traceparent\": \"00-{PRODUCER_TRACE}-{PRODUCER_SPAN}-01\", \"tracestate\": \"congo=t61rcWkgMzE\", \"big\": 12345678901234567890123}}'),
+         ('t0', '{{\"n\": 2}}', 'k', '{{}}'),
+         ('t0', '{{\"n\": 3}}', 'k', '{{\"traceparent\": \"00-zz-00f067aa0ba902b7-01\"}}')"
+    ))
+    .await;
+    wait_until(Duration::from_secs(30), || async {
+        match redis.xlen("t0").await {
+            3 => Ok(()),
+            n => Err(format!("{n} of 3 published")),
+        }
+    })
+    .await;
+    let entries = redis.entries("t0").await;
+    let traced = &entries[0];
+    let published = traceparent_in(&traced["headers"])
+        .unwrap_or_else(|| panic!("the entry names a span: {entries:?}"));
+    let parts: Vec<&str> = published.split('-').collect();
+    assert_eq!(parts.len(), 4, "{published}");
+    assert_eq!(
+        parts[1], PRODUCER_TRACE,
+        "the entry stays in the producer's trace"
+    );
+    assert_ne!(
+        parts[2], PRODUCER_SPAN,
+        "the entry names the publish span, not the producer's"
+    );
+    let headers: serde_json::Value = serde_json::from_str(&traced["headers"]).expect("headers");
+    assert_eq!(headers["tracestate"], "congo=t61rcWkgMzE");
+    assert!(
+        traced["headers"].contains("12345678901234567890123"),
+        "the other headers as written: {}",
+        traced["headers"]
+    );
+    assert_eq!(entries[1]["headers"], "{}");
+    assert_eq!(
+        traceparent_in(&entries[2]["headers"]).as_deref(),
+        Some("00-zz-00f067aa0ba902b7-01"),
+        "a malformed traceparent is passed through untouched"
+    );
+    let stream = redis.stream("t0");
+    let publish = wait_for_span(&receiver, |s| s.kind == PRODUCER).await;
+    assert_eq!(publish.service, "relay-under-test");
+    assert_eq!(publish.trace_id, PRODUCER_TRACE);
+    assert_eq!(publish.parent_span_id, PRODUCER_SPAN);
+    assert_eq!(publish.span_id, parts[2], "the entry names this very span");
+    assert_eq!(publish.name, format!("send {stream}"));
+    assert_eq!(publish.attributes["messaging.destination.name"], stream);
+    assert_eq!(publish.attributes["messaging.system"], "redis");
+    assert_eq!(publish.attributes["messaging.operation.type"], "send");
+    assert_eq!(publish.attributes["messaging.message.id"], traced["id"]);
+    assert_eq!(publish.status, 1, "published: ok");
+
+    // The example consumer, exporting to the same receiver.
+    let otel_env: Vec<(&str, &str)> = otel.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let _consumer =
+        ExampleConsumer::spawn_with_env(&db, &redis, "t0", "traced", "c0", &[], &otel_env);
+    let process = wait_for_span(&receiver, |s| s.kind == CONSUMER).await;
+    assert_eq!(process.service, "inbox-consumer");
+    assert_eq!(process.trace_id, PRODUCER_TRACE);
+    assert_eq!(
+        process.parent_span_id, publish.span_id,
+        "processed in a child of the publish span"
+    );
+    assert_eq!(process.name, format!("process {stream}"));
+    assert_eq!(
+        process.attributes["messaging.consumer.group.name"],
+        "traced"
+    );
+    assert_eq!(process.attributes["messaging.message.id"], traced["id"]);
+    // The untraced events were processed too, in spans of traces of their own.
+    wait_until(Duration::from_secs(30), || async {
+        match db.scalar("SELECT count(*) FROM example_effects").await {
+            3 => Ok(()),
+            n => Err(format!("{n} of 3 effects")),
+        }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let spans = receiver.spans();
+    let publishes: Vec<&ReceivedSpan> = spans.iter().filter(|s| s.kind == PRODUCER).collect();
+    assert_eq!(
+        publishes.len(),
+        1,
+        "only the traced event has a publish span"
+    );
+    assert!(spans
+        .iter()
+        .filter(|s| s.kind == CONSUMER)
+        .all(|s| s.trace_id == PRODUCER_TRACE || s.parent_span_id.is_empty()));
+    assert!(receiver
+        .requests()
+        .iter()
+        .all(|r| r == "POST /v1/traces application/x-protobuf"));
+}
+
+async fn wait_for_span(
+    receiver: &OtlpReceiver,
+    which: impl Fn(&ReceivedSpan) -> bool,
+) -> ReceivedSpan {
+    let mut found = None;
+    wait_until(Duration::from_secs(30), || {
+        let spans = receiver.spans();
+        found = spans.iter().find(|s| which(s)).cloned();
+        let done = found.is_some();
+        async move {
+            match done {
+                true => Ok(()),
+                false => Err(format!("no such span among {spans:?}")),
+            }
+        }
+    })
+    .await;
+    found.expect("found")
+}
+
+/// `enqueue` inside a span recorded by OpenTelemetry (an SDK tracer, no exporter needed) writes
+/// that span's `traceparent`; an event naming its own keeps it; outside any span nothing is
+/// added.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_rust_producer_api_writes_the_callers_trace_context() {
+    use opentelemetry::trace::TracerProvider as _;
+    use outbox_relay::producer::{enqueue, NewEvent};
+    use tracing_subscriber::layer::SubscriberExt;
+
+    let db = TestDb::new().await;
+    let url = db.url.clone();
+    let (expected, own) = std::thread::spawn(move || {
+        let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder().build();
+        let subscriber = tracing_subscriber::registry()
+            .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("test")));
+        let _default = tracing::subscriber::set_default(subscriber);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        runtime.block_on(async {
+            use diesel_async::AsyncConnection;
+            let mut conn = diesel_async::AsyncPgConnection::establish(&url)
+                .await
+                .expect("connect");
+            let span = tracing::info_span!("checkout");
+            let expected = outbox_core::trace::traceparent_of(&span).expect("recorded");
+            let own = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+            tracing::Instrument::instrument(
+                async {
+                    enqueue(&mut conn, &NewEvent::new("t0", serde_json::json!({"n": 1})))
+                        .await
+                        .expect("enqueue");
+                    let mine = NewEvent::new("t0", serde_json::json!({"n": 2}))
+                        .headers(serde_json::json!({"traceparent": own}));
+                    enqueue(&mut conn, &mine).await.expect("enqueue");
+                },
+                span,
+            )
+            .await;
+            enqueue(&mut conn, &NewEvent::new("t0", serde_json::json!({"n": 3})))
+                .await
+                .expect("enqueue");
+            (expected, own.to_string())
+        })
+    })
+    .join()
+    .expect("producer thread");
+    let headers = |n: i64| {
+        let db = &db;
+        async move {
+            db.text(&format!(
+                "SELECT headers::text FROM outbox WHERE payload->>'n' = '{n}'"
+            ))
+            .await
+        }
+    };
+    assert_eq!(
+        traceparent_in(&headers(1).await).as_deref(),
+        Some(expected.as_str())
+    );
+    assert_eq!(traceparent_in(&headers(2).await), Some(own));
+    assert_eq!(headers(3).await, "{}");
+}
