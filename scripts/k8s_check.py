@@ -11,7 +11,7 @@ Subcommands (each prints one line per failure and exits 1 if there was any):
                              RENDERED.config.toml for the binary check)
   observability RENDERED OUTDIR
                              ServiceMonitor fields and selector, PrometheusRule annotations and
-                             runbook anchors, metric names against src/telemetry.rs, the Grafana
+                             runbook anchors, metric names against src/telemetry/mod.rs, the Grafana
                              JSON; writes OUTDIR/rules.yaml, OUTDIR/rules-for-tests.yaml and
                              OUTDIR/dashboard-queries.yaml for promtool
   links FILE...              every relative link of these Markdown files resolves (file and anchor)
@@ -395,7 +395,7 @@ def github_anchors(markdown_path):
 
 
 def exported_metrics():
-    text = open(os.path.join(ROOT, "src", "telemetry.rs")).read()
+    text = open(os.path.join(ROOT, "src", "telemetry", "mod.rs")).read()
     return set(re.findall(r'"(outbox_[a-z0-9_]+)"', text))
 
 
@@ -411,7 +411,7 @@ def check_metric_names(where, expr, exported):
         base = re.sub(r"_(bucket|sum|count)$", "", name)
         if name.startswith("outbox_"):
             if name not in exported and base not in exported:
-                fail(f"{where}: metric {name} is not exported by src/telemetry.rs")
+                fail(f"{where}: metric {name} is not exported by src/telemetry/mod.rs")
         elif name not in FOREIGN_METRICS:
             fail(f"{where}: metric {name} is neither the relay's nor a known foreign one")
 
@@ -420,6 +420,11 @@ def observability(rendered, outdir):
     docs = load_all(rendered)
     kinds = by_kind(docs)
     exported = exported_metrics()
+    # Every metric the relay exports is in the Metrics table an on-call engineer reads.
+    operations = open(os.path.join(ROOT, "docs", "operations.md")).read()
+    for name in sorted(exported):
+        if not re.search(r"`" + re.escape(name) + r"[`{]", operations):
+            fail(f"docs/operations.md: metric {name} (src/telemetry/mod.rs) is not documented")
     base_service = next(d for d in load_all(os.path.join(ROOT, "k8s/base/service.yaml")) if d["kind"] == "Service")
     for kind in kinds:
         if kind not in ("ServiceMonitor", "PrometheusRule", "ConfigMap"):
