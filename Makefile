@@ -2,13 +2,18 @@
 SHELL := /bin/bash
 PG_HOST ?= 127.0.0.1
 REDIS_PORT ?= 6379
+# The demo's, the tests' and the benchmark's Postgres: the system's on 127.0.0.1:5432, or the
+# private cluster `make services` started when that one would not let them in (its address in
+# target/pg/addr; scripts/private-pg.sh). Read when a recipe runs, after `services`.
+PG_ADDR = $(shell cat target/pg/addr 2>/dev/null)
+export OUTBOX_TEST_PG_ADDR = $(PG_ADDR)
 
 .PHONY: help services browser valkey api-tools test-valkey build demo test test-ui screenshots bench lint package fmt clean k8s-check
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 
-services: ## make sure Postgres (5432) and Redis (6379) run locally (start them, or install them with apt) and PgBouncer is installed
+services: ## make sure Postgres (5432, or a private cluster when the system's refuses us: OUTBOX_PRIVATE_PG=1 forces it) and Redis (6379) run locally (start them, or install them with apt) and PgBouncer is installed
 	@bash scripts/services.sh
 
 browser: ## make sure headless Chromium and chromedriver (the UI tests' browser) are installed, with apt if absent
@@ -24,7 +29,7 @@ build: ## compile the binary (debug)
 	cargo build
 
 demo: services ## run the product on local defaults: its own database, sample events, admin at http://127.0.0.1:8080
-	cargo run --quiet -- demo
+	$(if $(PG_ADDR),DATABASE_URL=postgres://postgres@$(PG_ADDR)/outbox_demo )cargo run --quiet -- demo
 
 # The end-to-end tests inject faults through hooks compiled only with this feature.
 TEST_FEATURES := --features test-hooks
@@ -52,7 +57,7 @@ BENCH_ARGS ?= --repeat 3
 # would not build (or rebuild): both are built first.
 bench: services ## measure speed (release build of outbox-bench and outbox-relay): drain, latency, replicas, hot key, references, median of 3 rounds; JSON in bench-results/
 	cargo build --release --quiet --bins -p outbox-relay-server -p outbox-bench
-	cargo run --release --quiet -p outbox-bench -- $(BENCH_ARGS)
+	$(if $(PG_ADDR),DATABASE_URL=postgres://postgres@$(PG_ADDR)/postgres )cargo run --release --quiet -p outbox-bench -- $(BENCH_ARGS)
 
 # --workspace: the relay, core/, consumer/, and the unshipped testkit/ and bench/.
 lint: ## formatting and clippy of every crate of the workspace, warnings as errors

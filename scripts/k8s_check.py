@@ -221,6 +221,38 @@ def check_pod(where, pod, image_user=65532):
             fail(f"{where}/{c['name']}: no memory limit")
 
 
+
+def check_secret_file(where, pod, container, name, key):
+    """`container` reads setting `name` from the file `{name}_FILE` names, and that file is
+    key `key` of the Secret outbox-relay, mounted from a secret volume; never the value itself
+    in the environment."""
+    env = {e["name"]: e for e in container.get("env", [])}
+    if name in env:
+        fail(f"{where}: {name} is in the environment; it must be read from a file ({name}_FILE)")
+    path = env.get(f"{name}_FILE", {}).get("value")
+    if not path:
+        fail(f"{where}: no {name}_FILE naming the Secret's {key} file")
+        return
+    volumes = {v["name"]: v for v in pod.get("volumes", [])}
+    for mount in container.get("volumeMounts", []):
+        base = mount["mountPath"].rstrip("/") + "/"
+        if not path.startswith(base):
+            continue
+        secret = volumes.get(mount["name"], {}).get("secret", {})
+        if secret.get("secretName") != "outbox-relay":
+            fail(f"{where}: {name}_FILE {path} is not on a volume of the Secret outbox-relay")
+            return
+        relative = path[len(base):]
+        items = secret.get("items")
+        listed = relative == key if items is None else {"key": key, "path": relative} in [
+            {"key": i.get("key"), "path": i.get("path")} for i in items]
+        if not listed:
+            fail(f"{where}: {name}_FILE {path} is not the Secret's key {key}")
+        if secret.get("optional"):
+            fail(f"{where}: the Secret volume behind {name}_FILE is optional: a missing key would start a relay that exits 2")
+        return
+    fail(f"{where}: {name}_FILE {path} is on no mounted volume")
+
 def overlay(rendered):
     docs = load_all(rendered)
     kinds = by_kind(docs)
@@ -268,11 +300,8 @@ def overlay(rendered):
             fail(f"{where}: {probe} must GET {path} on the admin port")
         if not 1 <= p.get("timeoutSeconds", 1) <= 2:
             fail(f"{where}: {probe} timeoutSeconds should be 1-2 s (the endpoints answer from memory)")
-    env = {e["name"]: e for e in c.get("env", [])}
     for name, key in (("DATABASE_URL", "database-url"), ("REDIS_URL", "redis-url"), ("OUTBOX__ADMIN__TOKEN", "admin-token")):
-        ref = env.get(name, {}).get("valueFrom", {}).get("secretKeyRef", {})
-        if ref.get("name") != "outbox-relay" or ref.get("key") != key:
-            fail(f"{where}: {name} must come from the Secret outbox-relay, key {key}")
+        check_secret_file(where, pod, c, name, key)
     # The config file: --config path, its volume, and the ConfigMap behind it.
     config_path = args[args.index("--config") + 1] if "--config" in args else None
     if not config_path:
@@ -347,9 +376,7 @@ def overlay(rendered):
         m = migrate[0]
         if m["image"] != c["image"]:
             fail(f"{where}: the migrate init container runs {m['image']}, the relay {c['image']}: one image")
-        menv = {e["name"]: e for e in m.get("env", [])}
-        if "secretKeyRef" not in menv.get("DATABASE_URL", {}).get("valueFrom", {}):
-            fail(f"{where}: the migrate init container needs DATABASE_URL from a Secret")
+        check_secret_file(f"{where} (init container migrate)", pod, m, "DATABASE_URL", "database-url")
     for n in netpols:
         if n["spec"].get("podSelector", {}) and not labels_match(n["spec"]["podSelector"], pod_labels):
             fail(f"{rendered}: NetworkPolicy {n['metadata']['name']} selects no pod of the relay (a leftover?)")

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Makes sure the local services the product and its tests need are running:
-# PostgreSQL on 127.0.0.1:5432 (trust auth, user postgres) and Redis on 127.0.0.1:6379.
+# PostgreSQL on 127.0.0.1:5432 (trust auth, user postgres), or else a private cluster of the
+# project's (scripts/private-pg.sh), and Redis on 127.0.0.1:6379.
 # Starts them when stopped, installs them with apt when absent. Never stops or flushes them.
 # Also installs PgBouncer when absent, but does not run it: the tests start their own.
 set -euo pipefail
@@ -26,14 +27,14 @@ if ! pg_up; then
   for _ in $(seq 1 30); do pg_up && break; sleep 1; done
 fi
 pg_up || { echo "services: PostgreSQL is not reachable on 127.0.0.1:5432" >&2; exit 1; }
-# Trust auth for local TCP connections as postgres: what the demo and tests connect with.
-if ! psql -h 127.0.0.1 -U postgres -d postgres -tAc 'select 1' >/dev/null 2>&1; then
-  echo "services: enabling trust auth for 127.0.0.1"
-  ver=$(ls /etc/postgresql | sort -V | tail -n1)
-  hba=/etc/postgresql/$ver/main/pg_hba.conf
-  as_root sed -i '1i host all all 127.0.0.1/32 trust\nhost all all ::1/128 trust' "$hba"
-  as_root pg_ctlcluster --skip-systemctl-redirect "$ver" main reload
-  sleep 1
+# The demo and the tests connect as postgres over TCP without a password. A system server that
+# does not let them in is left as it is: they get a private cluster of their own instead
+# (scripts/private-pg.sh; OUTBOX_PRIVATE_PG=1 asks for it anyway).
+if [ "${OUTBOX_PRIVATE_PG:-0}" = 1 ] || ! psql -h 127.0.0.1 -U postgres -d postgres -tAc 'select 1' >/dev/null 2>&1; then
+  echo "services: the system PostgreSQL does not let postgres in over TCP without a password (or OUTBOX_PRIVATE_PG=1): using a private cluster"
+  bash scripts/private-pg.sh
+else
+  rm -f "${PRIVATE_PG_DIR:-$PWD/target/pg}/addr"
 fi
 
 if ! command -v redis-server >/dev/null 2>&1; then

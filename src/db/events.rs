@@ -187,17 +187,10 @@ pub async fn list(
     }
     let limit_param = param();
     let budget_param = param();
-    let sql = format!(
-        "SELECT * FROM (
-             SELECT l.*,
-                    sum(octet_length(l.payload) + coalesce(octet_length(l.headers), 0))
-                        OVER (ORDER BY l.seq DESC) AS upto_bytes,
-                    count(*) OVER () AS matched
-             FROM ({}) AS l) AS b
-         WHERE upto_bytes <= ${budget_param}
-            OR upto_bytes = octet_length(payload) + coalesce(octet_length(headers), 0)
-         ORDER BY seq DESC",
-        merged_sql(&sides(filter.status), &conditions, "DESC", limit_param)
+    let sql = within_budget(
+        &merged_sql(&sides(filter.status), &conditions, "DESC", limit_param),
+        "DESC",
+        budget_param,
     );
     let mut query = diesel::sql_query(sql).into_boxed::<Pg>();
     if let Some(topic) = &filter.topic {
@@ -214,12 +207,35 @@ pub async fn list(
         .bind::<BigInt, _>(max_bytes)
         .load(conn)
         .await?;
-    let matched = rows.as_slice().first().map_or(0, |r| r.matched);
-    let cut = (rows.len() as i64) < matched;
-    Ok(Listed {
-        rows: rows.into_iter().map(|r| r.event).collect(),
-        cut,
-    })
+    Ok(Listed::from(rows))
+}
+
+impl From<Vec<Budgeted>> for Listed {
+    fn from(rows: Vec<Budgeted>) -> Listed {
+        let matched = rows.as_slice().first().map_or(0, |r| r.matched);
+        let cut = (rows.len() as i64) < matched;
+        Listed {
+            rows: rows.into_iter().map(|r| r.event).collect(),
+            cut,
+        }
+    }
+}
+
+/// The rows of `inner` (a query of [`EVENT_COLUMNS`]) that fit in `$budget_param` bytes of
+/// payload and headers, counted in `order` of `seq` (the first row whatever its size), each
+/// with how many rows `inner` matched: what [`Budgeted`] reads.
+fn within_budget(inner: &str, order: &str, budget_param: usize) -> String {
+    format!(
+        "SELECT * FROM (
+             SELECT l.*,
+                    sum(octet_length(l.payload) + coalesce(octet_length(l.headers), 0))
+                        OVER (ORDER BY l.seq {order}) AS upto_bytes,
+                    count(*) OVER () AS matched
+             FROM ({inner}) AS l) AS b
+         WHERE upto_bytes <= ${budget_param}
+            OR upto_bytes = octet_length(payload) + coalesce(octet_length(headers), 0)
+         ORDER BY seq {order}"
+    )
 }
 
 /// One event by id.
@@ -233,7 +249,8 @@ pub async fn get(conn: &mut AsyncPgConnection, id: Uuid) -> Result<Option<EventR
 }
 
 /// Up to `limit` events of the same topic and key right before (`earlier`, newest first) or
-/// right after (`!earlier`, oldest first) the event at `seq`.
+/// right after (`!earlier`, oldest first) the event at `seq`, as many as fit in `max_bytes`
+/// of payload and headers (the nearest one whatever its size).
 pub async fn neighbours(
     conn: &mut AsyncPgConnection,
     topic: &str,
@@ -241,22 +258,46 @@ pub async fn neighbours(
     seq: i64,
     earlier: bool,
     limit: i64,
-) -> Result<Vec<EventRow>, DbError> {
+    max_bytes: i64,
+) -> Result<Listed, DbError> {
     let (cmp, order) = if earlier { ("<", "DESC") } else { (">", "ASC") };
     let conditions = [
         "partition_key = $1".to_string(),
         "topic = $2".to_string(),
         format!("seq {cmp} $3"),
     ];
-    Ok(
-        diesel::sql_query(merged_sql(&sides(None), &conditions, order, 4))
-            .bind::<Text, _>(partition_key)
-            .bind::<Text, _>(topic)
-            .bind::<BigInt, _>(seq)
-            .bind::<BigInt, _>(limit)
-            .load(conn)
-            .await?,
-    )
+    let sql = within_budget(&merged_sql(&sides(None), &conditions, order, 4), order, 5);
+    let rows: Vec<Budgeted> = diesel::sql_query(sql)
+        .bind::<Text, _>(partition_key)
+        .bind::<Text, _>(topic)
+        .bind::<BigInt, _>(seq)
+        .bind::<BigInt, _>(limit)
+        .bind::<BigInt, _>(max_bytes)
+        .load(conn)
+        .await?;
+    Ok(Listed::from(rows))
+}
+
+/// An event's neighbours on its key: up to `limit` on each side, the two sides sharing what
+/// `max_bytes` leaves after the event itself (empty for an unkeyed event).
+pub async fn timeline(
+    conn: &mut AsyncPgConnection,
+    event: &EventRow,
+    limit: i64,
+    max_bytes: i64,
+) -> Result<(Listed, Listed), DbError> {
+    let Some(key) = &event.partition_key else {
+        let none = || Listed {
+            rows: Vec::new(),
+            cut: false,
+        };
+        return Ok((none(), none()));
+    };
+    let own = event.payload.len() + event.headers.as_ref().map_or(0, String::len);
+    let side = (max_bytes - i64::try_from(own).unwrap_or(i64::MAX)).max(0) / 2;
+    let earlier = neighbours(conn, &event.topic, key, event.seq, true, limit, side).await?;
+    let later = neighbours(conn, &event.topic, key, event.seq, false, limit, side).await?;
+    Ok((earlier, later))
 }
 
 /// The counts of one topic, and its settings.

@@ -11,7 +11,7 @@ use crate::support::*;
 async fn demo_creates_its_database_and_shows_the_whole_pipeline() {
     let name = format!("outbox_t_demo_{}", uuid::Uuid::new_v4().simple());
     let db = TestDb {
-        url: format!("postgres://postgres@127.0.0.1:5432/{name}"),
+        url: pg_url(&name),
         name,
     };
     let redis = TestRedis::shared();
@@ -103,4 +103,108 @@ async fn demo_creates_its_database_and_shows_the_whole_pipeline() {
         stdout.contains(&format!("http://127.0.0.1:{port}/")),
         "{stdout}"
     );
+}
+
+/// Stops a private cluster when the test ends, however it ends.
+struct PrivatePg {
+    dir: std::path::PathBuf,
+}
+
+impl Drop for PrivatePg {
+    fn drop(&mut self) {
+        let _ = Command::new("bash")
+            .args(["scripts/private-pg.sh", "--stop"])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .env("PRIVATE_PG_DIR", &self.dir)
+            .status();
+    }
+}
+
+/// The system's `pg_hba.conf` files, as they are now.
+fn pg_hba_files() -> Vec<(std::path::PathBuf, Vec<u8>)> {
+    let mut files = Vec::new();
+    for version in std::fs::read_dir("/etc/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let path = version.path().join("main/pg_hba.conf");
+        if let Ok(text) = std::fs::read(&path) {
+            files.push((path, text));
+        }
+    }
+    files
+}
+
+/// On a machine whose Postgres does not let the demo and the tests in, `make services` leaves
+/// that server's `pg_hba.conf` alone and starts a private cluster of the project's instead
+/// (asked for here with `OUTBOX_PRIVATE_PG=1`, as the shared server here does let us in): the
+/// relay migrates a database there, a second run reuses it, and `--stop` stops it.
+#[test]
+fn services_start_a_private_postgres_instead_of_opening_the_systems() {
+    use std::os::unix::fs::PermissionsExt;
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    // As root the cluster belongs to the postgres user, who must reach the directory.
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let cluster = dir.path().join("pg");
+    let port = free_port();
+    let hba_before = pg_hba_files();
+    let services = || {
+        Command::new("bash")
+            .arg("scripts/services.sh")
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .env("OUTBOX_PRIVATE_PG", "1")
+            .env("PRIVATE_PG_DIR", &cluster)
+            .env("PRIVATE_PG_PORT", port.to_string())
+            .output()
+            .expect("run services.sh")
+    };
+    let _stop = PrivatePg {
+        dir: cluster.clone(),
+    };
+    let first = services();
+    let said = String::from_utf8_lossy(&first.stdout).to_string()
+        + &String::from_utf8_lossy(&first.stderr);
+    assert!(first.status.success(), "{said}");
+    assert!(said.contains("private cluster"), "{said}");
+    let addr = std::fs::read_to_string(cluster.join("addr")).expect("the address file");
+    assert_eq!(addr.trim(), format!("127.0.0.1:{port}"));
+    let migrate = Command::new(BIN)
+        .arg("migrate")
+        .env_clear()
+        .env(
+            "DATABASE_URL",
+            format!("postgres://postgres@127.0.0.1:{port}/postgres"),
+        )
+        .output()
+        .expect("run migrate");
+    assert!(
+        migrate.status.success(),
+        "{}",
+        String::from_utf8_lossy(&migrate.stderr)
+    );
+    let again = services();
+    assert!(again.status.success());
+    assert!(
+        !String::from_utf8_lossy(&again.stdout).contains("creating"),
+        "the second run reuses the cluster"
+    );
+    assert_eq!(
+        pg_hba_files(),
+        hba_before,
+        "the system's pg_hba.conf is untouched"
+    );
+    let stopped = Command::new("bash")
+        .args(["scripts/private-pg.sh", "--stop"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env("PRIVATE_PG_DIR", &cluster)
+        .status()
+        .expect("stop");
+    assert!(stopped.success());
+    assert!(
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_err(),
+        "stopped"
+    );
+    assert!(!cluster.join("addr").exists());
 }

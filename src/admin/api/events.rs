@@ -18,7 +18,6 @@ use crate::admin::caller::Caller;
 use crate::admin::AdminState;
 use crate::db::dead::DeadAction;
 use crate::db::events::{self, EventFilter, EventRow, Status};
-use crate::db::DbError;
 use crate::producer::NewEvent;
 
 /// One event.
@@ -223,10 +222,16 @@ pub struct Timeline {
     pub earlier: Vec<EventView>,
     /// Events of the same topic and key inserted after it, nearest first.
     pub later: Vec<EventView>,
+    /// Earlier events were left out to keep the answer within `admin.max_response_bytes`
+    /// (the two sides share what the event leaves); list them with `GET /api/v1/events?key=`.
+    pub earlier_cut: bool,
+    /// Later events were left out, as for `earlier_cut`.
+    pub later_cut: bool,
 }
 
 /// The per-key timeline: what came before and after an event on its key (empty lists for
-/// an unkeyed event). Published rows older than retention are gone.
+/// an unkeyed event), within `admin.max_response_bytes` of payloads and headers. Published
+/// rows older than retention are gone.
 #[utoipa::path(get, path = "/api/v1/events/{id}/timeline", tag = "events", operation_id = "getEventTimeline",
     params(("id" = Uuid, Path, description = "the event id"), TimelineQuery),
     responses((status = 200, body = Timeline), (status = 400), (status = 401), (status = 404), (status = 503)))]
@@ -241,22 +246,18 @@ pub async fn timeline(
     }
     .limit()?;
     let row = load(&state, id.into_inner()).await?;
-    let (mut earlier, mut later) = (Vec::new(), Vec::new());
-    if let Some(key) = &row.partition_key {
-        (earlier, later) = state
-            .db
-            .unit(async |c| {
-                let earlier = events::neighbours(c, &row.topic, key, row.seq, true, limit).await?;
-                let later = events::neighbours(c, &row.topic, key, row.seq, false, limit).await?;
-                Ok::<_, DbError>((earlier, later))
-            })
-            .await?;
-    }
+    let budget = state.max_response_bytes;
+    let (earlier, later) = state
+        .db
+        .unit(async |c| events::timeline(c, &row, limit, budget).await)
+        .await?;
     let views = |rows: Vec<EventRow>| rows.into_iter().map(EventView::from).collect();
     Ok(HttpResponse::Ok().json(Timeline {
         event: row.into(),
-        earlier: views(earlier),
-        later: views(later),
+        earlier: views(earlier.rows),
+        later: views(later.rows),
+        earlier_cut: earlier.cut,
+        later_cut: later.cut,
     }))
 }
 

@@ -177,26 +177,25 @@ pub async fn detail(
     let id = Uuid::parse_str(&id).map_err(|_| {
         UiError::BadRequest(format!("{:?} is not an event id (a uuid)", id.as_str()))
     })?;
-    let (e, mut earlier, later) = state
+    let budget = state.max_response_bytes;
+    let (e, earlier, later) = state
         .db
         .unit(async |c| {
             let e = events::get(c, id).await?.ok_or_else(|| {
                 UiError::NotFound(format!("no event {id} (retention may have deleted it)"))
             })?;
-            let (mut earlier, mut later) = (Vec::new(), Vec::new());
-            if let Some(key) = &e.partition_key {
-                earlier = events::neighbours(c, &e.topic, key, e.seq, true, TIMELINE).await?;
-                later = events::neighbours(c, &e.topic, key, e.seq, false, TIMELINE).await?;
-            }
+            let (earlier, later) = events::timeline(c, &e, TIMELINE, budget).await?;
             Ok::<_, UiError>((e, earlier, later))
         })
         .await?;
+    let cut = earlier.cut || later.cut;
     // The timeline reads top to bottom in stream order: earlier, this one, later.
-    earlier.reverse();
     let timeline: Vec<EventRow> = earlier
+        .rows
         .into_iter()
+        .rev()
         .chain([e.clone()])
-        .chain(later)
+        .chain(later.rows)
         .collect();
     let is_dead = e.dead_at.is_some() && e.discarded_at.is_none();
     let content = html! {
@@ -229,6 +228,13 @@ pub async fn detail(
         h2 { "Timeline of its key" }
         @if e.partition_key.is_some() {
             p.muted { "Up to " (TIMELINE) " events of the same topic and key before and after this one, in stream order." }
+            @if cut {
+                p.muted #timeline-cut {
+                    "Some neighbours are left out: their payloads would pass admin.max_response_bytes. "
+                    a href={ "/events?topic=" (layout::enc(&e.topic)) "&key=" (layout::enc(e.partition_key.as_deref().unwrap_or_default())) } { "List the key's events" }
+                    "."
+                }
+            }
             (table(&timeline, Some(e.id), ""))
         } @else {
             p.muted { "This event has no partition key: it is ordered with nothing." }

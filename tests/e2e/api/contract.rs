@@ -430,3 +430,75 @@ async fn a_page_of_large_events_stops_at_max_response_bytes_and_its_cursor_goes_
         assert!(*bytes < 65_536 + 4_000, "{sizes:?}");
     }
 }
+
+/// A timeline of large events shares `admin.max_response_bytes` between its sides: the
+/// nearest neighbours of each side, in order, and a flag on each side that left some out.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_timeline_of_large_events_keeps_its_nearest_neighbours_within_max_response_bytes() {
+    let api = TokenRelay::start(
+        "api-timeline-bytes",
+        &[("OUTBOX__ADMIN__MAX_RESPONSE_BYTES", "65536")],
+    )
+    .await;
+    // Eleven events of about 10 KB on one key, three small ones on another.
+    api.db
+        .exec(
+            "INSERT INTO outbox (topic, payload, partition_key)
+               SELECT 'big', jsonb_build_object('i', i, 'pad', repeat('x', 10000)), 'k'
+               FROM generate_series(1, 11) AS i ORDER BY i;
+             INSERT INTO outbox (topic, payload, partition_key)
+               SELECT 'big', jsonb_build_object('i', i), 'small'
+               FROM generate_series(1, 3) AS i ORDER BY i;",
+        )
+        .await;
+    let admin = api.admin();
+    let id_of = |key: &str, i: i64| {
+        let list = admin.get(&format!("/api/v1/events?topic=big&key={key}&limit=1000"));
+        list.json["events"]
+            .as_array()
+            .expect("events")
+            .iter()
+            .find(|e| e["payload"]["i"] == i)
+            .and_then(|e| e["id"].as_str())
+            .expect("the event")
+            .to_string()
+    };
+    let middle = admin.get(&format!(
+        "/api/v1/events/{}/timeline?limit=1000",
+        id_of("k", 6)
+    ));
+    assert_eq!(middle.status, 200, "{}", middle.body);
+    assert!(middle.body.len() < 65_536 + 4_000, "{}", middle.body.len());
+    let numbers = |side: &str| -> Vec<i64> {
+        middle.json[side]
+            .as_array()
+            .expect("side")
+            .iter()
+            .map(|e| e["payload"]["i"].as_i64().expect("i"))
+            .collect()
+    };
+    let (earlier, later) = (numbers("earlier"), numbers("later"));
+    assert!(
+        !earlier.is_empty() && !later.is_empty(),
+        "{earlier:?} {later:?}"
+    );
+    assert_eq!(
+        earlier,
+        (6 - earlier.len() as i64..6).rev().collect::<Vec<_>>()
+    );
+    assert_eq!(later, (7..7 + later.len() as i64).collect::<Vec<_>>());
+    assert!(
+        earlier.len() < 5 && later.len() < 5,
+        "{earlier:?} {later:?}"
+    );
+    assert_eq!(middle.json["earlier_cut"], true);
+    assert_eq!(middle.json["later_cut"], true);
+    let small = admin.get(&format!(
+        "/api/v1/events/{}/timeline?limit=1000",
+        id_of("small", 2)
+    ));
+    assert_eq!(small.json["earlier"].as_array().map(Vec::len), Some(1));
+    assert_eq!(small.json["later"].as_array().map(Vec::len), Some(1));
+    assert_eq!(small.json["earlier_cut"], false);
+    assert_eq!(small.json["later_cut"], false);
+}

@@ -14,7 +14,23 @@ use uuid::Uuid;
 
 use super::free_port;
 
-const PG_ADMIN_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
+/// Where the tests' Postgres listens: `OUTBOX_TEST_PG_ADDR` (`make test` sets it to the
+/// private cluster's when the system's would not let the tests in), else 127.0.0.1:5432.
+pub fn pg_addr() -> (String, u16) {
+    std::env::var("OUTBOX_TEST_PG_ADDR")
+        .ok()
+        .and_then(|addr| {
+            let (host, port) = addr.rsplit_once(':')?;
+            Some((host.to_string(), port.parse().ok()?))
+        })
+        .unwrap_or_else(|| ("127.0.0.1".to_string(), 5432))
+}
+
+/// The URL of database `name` on the tests' Postgres, as user postgres.
+pub fn pg_url(name: &str) -> String {
+    let (host, port) = pg_addr();
+    format!("postgres://postgres@{host}:{port}/{name}")
+}
 
 /// A database of its own, migrated, dropped on drop.
 pub struct TestDb {
@@ -42,14 +58,14 @@ impl TestDb {
     /// A database of its own, not migrated.
     pub async fn empty() -> TestDb {
         let name = format!("outbox_t_{}", Uuid::new_v4().simple());
-        let mut admin = AsyncPgConnection::establish(PG_ADMIN_URL)
+        let mut admin = AsyncPgConnection::establish(&pg_url("postgres"))
             .await
             .expect("connect to local postgres");
         admin
             .batch_execute(&format!("CREATE DATABASE {name}"))
             .await
             .expect("create test database");
-        let url = format!("postgres://postgres@127.0.0.1:5432/{name}");
+        let url = pg_url(&name);
         TestDb { name, url }
     }
 
@@ -230,9 +246,9 @@ impl Drop for TestDb {
         }
         let name = self.name.clone();
         let _ = std::thread::spawn(move || {
-            if let Ok(mut c) =
-                <AsyncConnectionWrapper<AsyncPgConnection> as Connection>::establish(PG_ADMIN_URL)
-            {
+            if let Ok(mut c) = <AsyncConnectionWrapper<AsyncPgConnection> as Connection>::establish(
+                &pg_url("postgres"),
+            ) {
                 let _ = SimpleConnection::batch_execute(
                     &mut c,
                     &format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"),

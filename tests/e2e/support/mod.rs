@@ -25,7 +25,7 @@ pub use self::consumers::{
     assert_effects_exactly_once, example_bin, group_pending, sigkill_while_producing, wait_settled,
     wait_until, xadd_event, xadd_event_at, Chaos, ExampleConsumer, CHAOS_ARGS, EFFECTS_GROUP,
 };
-pub use self::db::{OwnPostgres, TestDb};
+pub use self::db::{pg_addr, pg_url, OwnPostgres, TestDb};
 pub use self::events::{
     assert_exactly_once, assert_per_key_order, insert_events, insert_range, payload_order,
     produce_rounds,

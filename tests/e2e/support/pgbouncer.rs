@@ -21,9 +21,11 @@ pub struct PgBouncer {
 
 impl PgBouncer {
     /// Starts one with `pool_mode = transaction` and [`SERVER_CONNECTIONS`] per database, in
-    /// front of 127.0.0.1:5432 (any database, user `postgres`, trust); waits until it listens.
+    /// front of the tests' Postgres (any database, user `postgres`, trust); waits until it
+    /// listens.
     pub fn start() -> PgBouncer {
         let port = free_port();
+        let (pg_host, pg_port) = super::db::pg_addr();
         let dir = tempfile::tempdir().expect("tempdir");
         let ini = dir.path().join("pgbouncer.ini");
         let users = dir.path().join("userlist.txt");
@@ -32,7 +34,7 @@ impl PgBouncer {
             &ini,
             format!(
                 "[databases]\n\
-                 * = host=127.0.0.1 port=5432\n\
+                 * = host={pg_host} port={pg_port}\n\
                  [pgbouncer]\n\
                  listen_addr = 127.0.0.1\n\
                  listen_port = {port}\n\
