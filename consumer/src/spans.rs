@@ -9,15 +9,10 @@ use tracing::Span;
 
 /// The span of one entry's handling, read from `stream`.
 pub(crate) fn for_entry(stream: &str, entry: &Entry) -> Span {
-    let span = tracing::info_span!(
-        target: outbox_core::trace::TARGET,
+    let span = outbox_core::messaging_span!(
         "process",
-        otel.name = %format!("process {stream}"),
-        otel.kind = "consumer",
-        messaging.system = "redis",
-        messaging.operation.type = "process",
-        messaging.operation.name = "process",
-        messaging.destination.name = %stream,
+        "consumer",
+        stream,
         messaging.consumer.group.name = %entry.group,
         messaging.message.id = %entry.id,
         outbox.stream_id = %entry.stream_id,
@@ -36,15 +31,10 @@ pub(crate) fn for_batch(entries: &[Entry], first_stream: &str) -> Span {
         .first()
         .map(|e| e.group.as_ref())
         .unwrap_or_default();
-    let span = tracing::info_span!(
-        target: outbox_core::trace::TARGET,
+    let span = outbox_core::messaging_span!(
         "process",
-        otel.name = %format!("process {first_stream}"),
-        otel.kind = "consumer",
-        messaging.system = "redis",
-        messaging.operation.type = "process",
-        messaging.operation.name = "process",
-        messaging.destination.name = %first_stream,
+        "consumer",
+        first_stream,
         messaging.consumer.group.name = %group,
         messaging.batch.message_count = entries.len(),
     );

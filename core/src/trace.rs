@@ -16,6 +16,26 @@ pub const TRACESTATE: &str = "tracestate";
 /// OpenTelemetry layer can select exactly these.
 pub const TARGET: &str = "outbox::trace";
 
+/// A `tracing` span of target [`TARGET`] as OpenTelemetry's messaging conventions name one:
+/// `otel.name` is `"<operation> <destination>"`, `otel.kind` the given kind, `messaging.system`
+/// `redis`, the operation's type and name, `messaging.destination.name`; more fields after.
+#[macro_export]
+macro_rules! messaging_span {
+    ($operation:literal, $kind:literal, $destination:expr $(, $($fields:tt)*)?) => {
+        ::tracing::info_span!(
+            target: $crate::trace::TARGET,
+            $operation,
+            otel.name = %format!("{} {}", $operation, $destination),
+            otel.kind = $kind,
+            messaging.system = "redis",
+            messaging.operation.type = $operation,
+            messaging.operation.name = $operation,
+            messaging.destination.name = %$destination,
+            $($($fields)*)?
+        )
+    };
+}
+
 #[cfg(feature = "otel")]
 mod context;
 #[cfg(feature = "otel")]

@@ -488,7 +488,13 @@ impl Publisher {
             }
             if !call.is_empty() {
                 let sent: Vec<(&StreamEvent, usize)> = call.iter().map(|&i| items[i]).collect();
-                let replies = match self.invoke(at.stream, topic, &sent, maxlen, mark).await? {
+                // Traced events go out in spans of their traces.
+                let spans = trace::Spans::start(at.stream, &sent);
+                let reply = self
+                    .invoke(at.stream, topic, &sent, maxlen, mark, &spans)
+                    .await;
+                spans.finish(&reply);
+                let replies = match reply? {
                     script::Reply::Done(replies, last) => {
                         if let Some(last) = last {
                             // The next call of this batch checks against it.
@@ -526,23 +532,9 @@ impl Publisher {
     }
 
     /// One script call: appends `sent` (event, index of its chain) to `stream` with dedup;
-    /// every entry's `topic` field is `topic`, sent once. Traced events are sent in spans of
-    /// their traces ([`trace`]).
+    /// every entry's `topic` field is `topic`, sent once; traced events with the headers
+    /// `spans` gives them.
     async fn invoke(
-        &self,
-        stream: &str,
-        topic: &str,
-        sent: &[(&StreamEvent, usize)],
-        maxlen: u64,
-        mark: Option<EntryId>,
-    ) -> Result<script::Reply, PublishError> {
-        let spans = trace::Spans::start(stream, sent);
-        let result = self.call(stream, topic, sent, maxlen, mark, &spans).await;
-        spans.finish(&result);
-        result
-    }
-
-    async fn call(
         &self,
         stream: &str,
         topic: &str,

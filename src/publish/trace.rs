@@ -75,15 +75,10 @@ fn start_one(stream: &str, event: &StreamEvent) -> Option<(tracing::Span, Option
     let traceparent = context.traceparent?;
     let tracestate = context.tracestate.as_ref().and_then(|s| s.as_str());
     let parent = trace::parse(traceparent.as_str()?, tracestate)?;
-    let span = tracing::info_span!(
-        target: outbox_core::trace::TARGET,
-        "publish",
-        otel.name = %format!("send {stream}"),
-        otel.kind = "producer",
-        messaging.system = "redis",
-        messaging.operation.type = "send",
-        messaging.operation.name = "send",
-        messaging.destination.name = %stream,
+    let span = outbox_core::messaging_span!(
+        "send",
+        "producer",
+        stream,
         messaging.message.id = %event.id,
         outbox.topic = %event.topic,
     );
