@@ -216,3 +216,61 @@ async fn the_rust_producer_api_writes_the_callers_trace_context() {
     assert_eq!(traceparent_in(&headers(2).await), Some(own));
     assert_eq!(headers(3).await, "{}");
 }
+
+/// `POST /api/v1/events` from an instrumented HTTP client: the request's `traceparent` (and
+/// `tracestate`) become the event's, unless its headers name one; an invalid one is ignored; a
+/// retry with the same `Idempotency-Key` and a new span is the same request.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_api_producers_request_trace_context_goes_into_the_event() {
+    let api = TokenRelay::start("traces-api", &[]).await;
+    let admin = api.admin();
+    let first = format!("00-{PRODUCER_TRACE}-{PRODUCER_SPAN}-01");
+    let retry = format!("00-{PRODUCER_TRACE}-1111111111111111-01");
+    let traced = admin
+        .with("traceparent", &first)
+        .with("tracestate", "congo=t61rcWkgMzE")
+        .with("Idempotency-Key", "trace-1");
+    let created = traced.post("/api/v1/events", Some(r#"{"topic":"t0","payload":{"n":1}}"#));
+    assert_eq!(created.status, 201, "{}", created.body);
+    let id = created.json["id"].as_str().expect("id").to_string();
+    let again = admin
+        .with("traceparent", &retry)
+        .with("Idempotency-Key", "trace-1")
+        .post("/api/v1/events", Some(r#"{"topic":"t0","payload":{"n":1}}"#));
+    assert_eq!(again.status, 200, "a retry with a new span: {}", again.body);
+    assert_eq!(again.json["id"], id.as_str());
+    let own = admin.with("traceparent", &first).post(
+        "/api/v1/events",
+        Some(r#"{"topic":"t0","payload":{"n":2},"headers":{"traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}}"#),
+    );
+    assert_eq!(own.status, 201, "{}", own.body);
+    let bad = admin
+        .with("traceparent", "00-nonsense")
+        .post("/api/v1/events", Some(r#"{"topic":"t0","payload":{"n":3}}"#));
+    assert_eq!(bad.status, 201, "an invalid traceparent is ignored: {}", bad.body);
+    let headers = |n: i64| {
+        let db = &api.db;
+        async move {
+            let text = db
+                .text(&format!(
+                    "SELECT headers::text FROM outbox WHERE payload->>'n' = '{n}'"
+                ))
+                .await;
+            serde_json::from_str::<serde_json::Value>(&text).expect("headers")
+        }
+    };
+    assert_eq!(
+        headers(1).await,
+        serde_json::json!({"traceparent": first, "tracestate": "congo=t61rcWkgMzE"})
+    );
+    assert_eq!(
+        headers(2).await["traceparent"],
+        "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    );
+    assert_eq!(headers(3).await, serde_json::json!({}));
+    assert_eq!(
+        api.db.scalar("SELECT count(*) FROM outbox").await,
+        3,
+        "the retry stored nothing"
+    );
+}

@@ -18,12 +18,14 @@ pub enum Enqueued {
     Replayed(Uuid),
 }
 
-/// Enqueues `event` as `who`, once per `key` when one is given.
+/// Enqueues `event` as `who`, once per `key` when one is given; the `trace` headers are added
+/// to those the event lacks, after the idempotency hash (which covers the request's body only).
 pub(super) async fn enqueue_once(
     conn: &mut AsyncPgConnection,
     event: &NewEvent,
     key: Option<&str>,
     who: &str,
+    trace: &[(&'static str, String)],
 ) -> Result<Enqueued, ActionError> {
     // Before anything reaches Postgres: the idempotency hash is computed there too.
     producer::check_nul(event)?;
@@ -51,7 +53,7 @@ pub(super) async fn enqueue_once(
             }
             hash = Some(h);
         }
-        let id = producer::enqueue(c, event).await?;
+        let id = producer::enqueue(c, &with_trace(event, trace)).await?;
         if let (Some(key), Some(hash)) = (key, hash) {
             idempotency::remember(c, key, &hash, id).await?;
         }
@@ -64,4 +66,18 @@ pub(super) async fn enqueue_once(
         Ok(Enqueued::Created(id))
     })
     .await
+}
+
+/// `event` with each of `trace`'s headers that its headers (an object) do not name. A
+/// `tracestate` only goes with its own `traceparent`.
+fn with_trace(event: &NewEvent, trace: &[(&'static str, String)]) -> NewEvent {
+    let mut event = event.clone();
+    if let Some(serde_json::Value::Object(headers)) = &mut event.headers {
+        if !headers.contains_key(outbox_core::trace::TRACEPARENT) {
+            for (name, value) in trace {
+                headers.insert((*name).to_string(), value.clone().into());
+            }
+        }
+    }
+    event
 }

@@ -251,12 +251,14 @@ impl<'a> Actions<'a> {
     }
 
     /// Enqueues `event` as `who` (headers `None` become `{}`), once per idempotency `key`
-    /// when one is given.
+    /// when one is given. `trace` (the request's W3C trace context) goes into headers that
+    /// name none, after the idempotency comparison: a retried request carries a new span.
     pub async fn enqueue(
         &self,
         who: &str,
         mut event: NewEvent,
         key: Option<&str>,
+        trace: &[(&'static str, String)],
     ) -> Result<Enqueued, ActionError> {
         check_topic(&event.topic)?;
         let headers = event.headers.get_or_insert_with(|| serde_json::json!({}));
@@ -264,7 +266,7 @@ impl<'a> Actions<'a> {
             return Err(ActionError::HeadersNotObject);
         }
         self.db
-            .unit(async |c| enqueue::enqueue_once(c, &event, key, who).await)
+            .unit(async |c| enqueue::enqueue_once(c, &event, key, who, trace).await)
             .await
     }
 }

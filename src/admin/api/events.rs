@@ -303,11 +303,34 @@ fn idempotency_key(headers: &HeaderMap) -> ApiResult<Option<String>> {
         })
 }
 
+/// The request's W3C trace context (`traceparent`, with its `tracestate`), when valid: an
+/// instrumented HTTP client's span becomes the event's producer span. An invalid one is
+/// ignored, as the W3C spec says, not refused.
+fn trace_context(headers: &HeaderMap) -> Vec<(&'static str, String)> {
+    use outbox_core::trace::{TRACEPARENT, TRACESTATE};
+    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let Some(traceparent) =
+        text(TRACEPARENT).filter(|t| outbox_core::trace::parse(t, None).is_some())
+    else {
+        return Vec::new();
+    };
+    let mut trace = vec![(TRACEPARENT, traceparent.trim().to_string())];
+    if let Some(state) = text(TRACESTATE).filter(|s| !s.trim().is_empty()) {
+        trace.push((TRACESTATE, state.to_string()));
+    }
+    trace
+}
+
 /// Enqueues one event. With an `Idempotency-Key`, the same key and body again answer 200
 /// with the first id and store nothing; the key with another body answers 422; while a
-/// request with the key is still being processed, another answers 409.
+/// request with the key is still being processed, another answers 409. A valid W3C
+/// `traceparent` request header (and its `tracestate`) is written into the event's headers
+/// unless they name a `traceparent` of their own; it is not part of the idempotency
+/// comparison.
 #[utoipa::path(post, path = "/api/v1/events", tag = "events", operation_id = "enqueueEvent", request_body = EnqueueRequest,
-    params(("Idempotency-Key" = Option<String>, Header, description = "makes a retried request safe: 1 to 255 visible ASCII characters", pattern = "^[!-~]{1,255}$")),
+    params(("Idempotency-Key" = Option<String>, Header, description = "makes a retried request safe: 1 to 255 visible ASCII characters", pattern = "^[!-~]{1,255}$"),
+        ("traceparent" = Option<String>, Header, description = "W3C trace context of the caller's span: the event's producer span (an invalid value is ignored)"),
+        ("tracestate" = Option<String>, Header, description = "W3C vendor trace state, kept with its traceparent")),
     responses((status = 201, body = EnqueueResponse), (status = 200, body = EnqueueResponse),
         (status = 400), (status = 401), (status = 403), (status = 409), (status = 413), (status = 422), (status = 503)))]
 pub async fn enqueue(
@@ -321,9 +344,10 @@ pub async fn enqueue(
     let mut event = NewEvent::new(body.topic, body.payload);
     event.partition_key = body.partition_key;
     event.headers = body.headers;
+    let trace = trace_context(req.headers());
     match state
         .actions()
-        .enqueue(&caller.who, event, key.as_deref())
+        .enqueue(&caller.who, event, key.as_deref(), &trace)
         .await?
     {
         Enqueued::Created(id) => Ok(HttpResponse::Created().json(EnqueueResponse { id })),
