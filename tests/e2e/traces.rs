@@ -230,13 +230,19 @@ async fn an_api_producers_request_trace_context_goes_into_the_event() {
         .with("traceparent", &first)
         .with("tracestate", "congo=t61rcWkgMzE")
         .with("Idempotency-Key", "trace-1");
-    let created = traced.post("/api/v1/events", Some(r#"{"topic":"t0","payload":{"n":1}}"#));
+    let created = traced.post(
+        "/api/v1/events",
+        Some(r#"{"topic":"t0","payload":{"n":1}}"#),
+    );
     assert_eq!(created.status, 201, "{}", created.body);
     let id = created.json["id"].as_str().expect("id").to_string();
     let again = admin
         .with("traceparent", &retry)
         .with("Idempotency-Key", "trace-1")
-        .post("/api/v1/events", Some(r#"{"topic":"t0","payload":{"n":1}}"#));
+        .post(
+            "/api/v1/events",
+            Some(r#"{"topic":"t0","payload":{"n":1}}"#),
+        );
     assert_eq!(again.status, 200, "a retry with a new span: {}", again.body);
     assert_eq!(again.json["id"], id.as_str());
     let own = admin.with("traceparent", &first).post(
@@ -244,10 +250,15 @@ async fn an_api_producers_request_trace_context_goes_into_the_event() {
         Some(r#"{"topic":"t0","payload":{"n":2},"headers":{"traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}}"#),
     );
     assert_eq!(own.status, 201, "{}", own.body);
-    let bad = admin
-        .with("traceparent", "00-nonsense")
-        .post("/api/v1/events", Some(r#"{"topic":"t0","payload":{"n":3}}"#));
-    assert_eq!(bad.status, 201, "an invalid traceparent is ignored: {}", bad.body);
+    let bad = admin.with("traceparent", "00-nonsense").post(
+        "/api/v1/events",
+        Some(r#"{"topic":"t0","payload":{"n":3}}"#),
+    );
+    assert_eq!(
+        bad.status, 201,
+        "an invalid traceparent is ignored: {}",
+        bad.body
+    );
     let headers = |n: i64| {
         let db = &api.db;
         async move {
