@@ -74,6 +74,12 @@ lint: ## formatting and clippy of every crate of the workspace, warnings as erro
 # resolves it without a build of its own (make test builds it; its compile-time files are
 # all under src/ and migrations/, which its package includes).
 package: ## the crates as crates.io would take them: cargo package of outbox-relay-core and outbox-consumer (built from the .crate), cargo publish --dry-run of the three
+	@# cargo builds the packaged crates from where it extracts a registry's, under a name taken
+	@# from the temporary registry's path, and reuses what an earlier run extracted there: those
+	@# extractions go first, so that the .crate files of this tree are what gets built.
+	find "$${CARGO_HOME:-$$HOME/.cargo}/registry/src" -mindepth 2 -maxdepth 2 \
+	  \( -name 'outbox-relay-core-*' -o -name 'outbox-consumer-*' \) -not -path '*/index.crates.io-*' \
+	  -exec rm -rf {} +
 	cargo package -p outbox-relay-core -p outbox-consumer
 	cargo publish --dry-run --no-verify -p outbox-relay-core -p outbox-consumer -p outbox-relay-server
 
