@@ -14,7 +14,7 @@
 //! | [`groups`] | declared consumer groups made before the first publish, their metrics, `redis.trim_acked` |
 //! | [`dedup`] | the publish script's dedup windows and the retired sets' freeing |
 //! | [`wake`] | producers' NOTIFY quieted while a relay drains, and back after |
-//! | [`consumer`] | the consumer library and `examples/inbox_consumer`: SIGKILLed consumers apply each event once, claims after `--claim-idle`, poison to the dead stream, per-key order through failures and a restart, malformed entries |
+//! | [`consumer`] | the consumer library and `consumer/examples/inbox_consumer`: SIGKILLed consumers apply each event once, claims after `--claim-idle`, poison to the dead stream, per-key order through failures and a restart, malformed entries |
 //! | [`crash`] | SIGKILL of relays in a loop: nothing lost, nothing doubled |
 //! | [`outage`] | a Redis outage (own redis-server): no attempt burnt, recovery |
 //! | [`pg_outage`] | a Postgres outage (own server): the process survives, recovery |
