@@ -2,9 +2,12 @@
 //! their leases are free, renews the leases it holds, and marks those it should give up. Runs
 //! beside the loop, on its own connection, for as long as the consumer runs; a clean stop
 //! leaves the group ([`leave`]) so the others take over at once instead of after a lease.
+//! What the lease replies change is decided by [`super::leases`]; this module sends the
+//! calls and logs the changes.
 
 use std::collections::HashSet;
 use std::convert::Infallible;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::future::join_all;
@@ -12,8 +15,9 @@ use futures::future::join_all;
 use outbox_core::backoff::ErrorLog;
 use outbox_core::{keys, RedisConn};
 
+use super::leases::{self, Change, Reply};
 use super::scripts::{self, LeaseOp};
-use super::{assign, Fleet, Held};
+use super::{assign, Fleet};
 
 /// How often the heartbeat runs: often enough that a join or a leave is seen within a
 /// second, and at least six times per lease.
@@ -103,21 +107,8 @@ async fn beat(fleet: &Fleet, conn: &mut RedisConn) -> redis::RedisResult<Waiting
         let targets: HashSet<u32> = assign::targets(&members, &fleet.me, count)
             .into_iter()
             .collect();
-        let asks: Vec<(u32, LeaseOp)> = {
-            let state = fleet.state();
-            (0..count)
-                .filter_map(|p| {
-                    let keys = &topic.partitions[p as usize];
-                    if state.held.contains_key(&keys.stream) {
-                        Some((p, LeaseOp::Renew))
-                    } else if targets.contains(&p) {
-                        Some((p, LeaseOp::Take))
-                    } else {
-                        None
-                    }
-                })
-                .collect()
-        };
+        let streams: Vec<Arc<str>> = topic.partitions.iter().map(|p| p.stream.clone()).collect();
+        let asks = leases::asks(&fleet.state().held, &streams, &targets);
         let replies = join_all(asks.iter().map(|&(p, op)| {
             let mut conn = conn.clone();
             let keys = &topic.partitions[p as usize];
@@ -134,57 +125,42 @@ async fn beat(fleet: &Fleet, conn: &mut RedisConn) -> redis::RedisResult<Waiting
             }
         }))
         .await;
-        let valid_until = sent + fleet.trust();
-        let mut state = fleet.state();
-        for (&(p, op), reply) in asks.iter().zip(replies) {
-            let stream = topic.partitions[p as usize].stream.clone();
-            let keep = targets.contains(&p);
-            let epoch = match reply {
-                Ok(epoch) => u64::try_from(epoch).ok().filter(|e| *e > 0),
+        let replies: Vec<((u32, LeaseOp), Reply)> = asks
+            .iter()
+            .zip(replies)
+            .map(|(&ask, reply)| match reply {
+                Ok(epoch) => (ask, Reply::from_script(epoch)),
                 Err(e) => {
                     // Not renewed: the lease lapses locally when its time is up.
                     failure = Some(e);
-                    continue;
+                    (ask, Reply::Failed)
                 }
-            };
-            match (op, epoch) {
-                (LeaseOp::Renew, Some(epoch)) => {
-                    let Some(held) = state.held.get_mut(&stream) else {
-                        continue; // released meanwhile by the loop
-                    };
-                    if held.epoch != epoch {
-                        tracing::warn!(topic = %topic.topic, partition = p, "partition lease changed hands: no longer handled here");
-                        state.held.remove(&stream);
-                        continue;
-                    }
-                    if held.keep && !keep {
-                        tracing::info!(topic = %topic.topic, partition = p, members = members.len(), "giving up partition for a rebalance, after the batch in hand");
-                    }
-                    held.valid_until = valid_until;
-                    held.keep = keep;
+            })
+            .collect();
+        // Trusted from when the calls were sent, not from when the replies came back: the
+        // lease's time in Redis started no earlier than that.
+        let valid_until = sent + fleet.trust();
+        let settled = {
+            let mut state = fleet.state();
+            leases::settle(&mut state.held, &streams, &targets, &replies, valid_until)
+        };
+        if settled.waiting {
+            waiting = Waiting::Yes;
+        }
+        for change in settled.changes {
+            match change {
+                Change::ChangedHands { partition } => {
+                    tracing::warn!(topic = %topic.topic, partition, "partition lease changed hands: no longer handled here")
                 }
-                (LeaseOp::Renew, None) => {
-                    if state.held.remove(&stream).is_some() {
-                        tracing::warn!(topic = %topic.topic, partition = p, "partition lease lost (it ran out): no longer handled here");
-                    }
+                Change::GivingUp { partition } => {
+                    tracing::info!(topic = %topic.topic, partition, members = members.len(), "giving up partition for a rebalance, after the batch in hand")
                 }
-                (LeaseOp::Take, Some(epoch)) => {
-                    tracing::info!(topic = %topic.topic, partition = p, epoch, members = members.len(), "took partition");
-                    state.held.insert(
-                        stream,
-                        Held {
-                            partition: p,
-                            epoch,
-                            valid_until,
-                            keep: true,
-                            handed_over: false,
-                        },
-                    );
+                Change::Lost { partition } => {
+                    tracing::warn!(topic = %topic.topic, partition, "partition lease lost (it ran out): no longer handled here")
                 }
-                // Another consumer still holds it: it gives it up after its batch, or its
-                // lease runs out.
-                (LeaseOp::Take, None) => waiting = Waiting::Yes,
-                (LeaseOp::Release, _) => {}
+                Change::Took { partition, epoch } => {
+                    tracing::info!(topic = %topic.topic, partition, epoch, members = members.len(), "took partition")
+                }
             }
         }
     }

@@ -12,7 +12,8 @@
 //!
 //! The loop ([`crate::consumer`]) asks this module what it may read and handle; the heartbeat
 //! ([`beat`]) runs beside it on a connection of its own (the loop's blocking reads would
-//! delay a renewal otherwise).
+//! delay a renewal otherwise). What the heartbeat's lease replies change is a pure function
+//! ([`leases`]), property-tested against a model of the lease script.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -22,6 +23,7 @@ use outbox_core::{keys, Lease};
 
 mod assign;
 mod beat;
+mod leases;
 pub(crate) mod scripts;
 
 pub(crate) use beat::{heartbeat, leave};
