@@ -18,9 +18,9 @@
 //! | `consumer` | [`Consumer`]: the loop (own pending entries first, then new ones), acks, claims |
 //! | `handling` | one batch: checks before a handler, lanes or whole batches, retry or dead stream |
 //! | `lanes` | splitting a batch by partition key: keys concurrently, one key in order |
-//! | `fleet` | dividing a partitioned topic's partitions among the group: membership, leases, epochs |
+//! | `fleet` | dividing a partitioned topic's partitions among the group: membership, leases (the bookkeeping a pure function, `fleet::leases`), epochs |
 //! | `stream` | every Redis command the consumer sends |
-//! | `inbox` (feature `inbox`) | exactly-once effects: the effect and the `outbox_inbox` row in one transaction |
+//! | `inbox` (feature `inbox`) | exactly-once effects: the effect and the `outbox_inbox` row in one transaction; every statement in `inbox::sql` (public with the `testing` feature only) |
 //!
 //! The entry format, key names and the Redis connection are `outbox-core`'s, shared with the
 //! relay.
