@@ -1,23 +1,22 @@
 //! Handling one batch: the checks before a handler runs (malformed, over the delivery limit,
 //! still this consumer's), the handler kinds (per entry in lanes, per batch), and what a
 //! failure leads to (a retry, an uncounted retry after an outage, or the dead stream). The loop in [`crate::consumer`] decides
-//! what to read; this decides what becomes of each entry it read.
+//! what to read; this decides what becomes of each entry it read. The handler runs inside
+//! the library's own layers ([`crate::layer`]: panic caught, processing span); the steps here
+//! are those that act on the stream.
 
-use std::future::Future;
-use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
-use futures::{FutureExt, StreamExt};
-use tracing::Instrument;
+use futures::StreamExt;
 use uuid::Uuid;
 
-use outbox_core::{panic, Entry, EntryError, Lease, RedisConn};
+use outbox_core::{Entry, EntryError, Lease, RedisConn};
 
 use crate::config::ConsumerConfig;
 use crate::fleet::{Check, Fleet};
 use crate::handler::{BatchHandler, Batches, ErrorKind, Handler, HandlerError};
 use crate::lanes::Keyed;
-use crate::spans;
+use crate::layer::{Borrowed, CatchPanic, CatchPanicLayer, Layer, Traced, TracedLayer};
 use crate::stream::{self, EntryRef, RawEntry};
 
 /// What the lanes share.
@@ -246,19 +245,19 @@ struct Failure {
     error: String,
 }
 
-/// Runs `work` (a handler call), turning its error or its panic into a [`Failure`].
-async fn called(work: impl Future<Output = Result<(), HandlerError>>) -> Result<(), Failure> {
-    match AssertUnwindSafe(work).catch_unwind().await {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(e)) => Err(Failure {
+impl From<HandlerError> for Failure {
+    fn from(e: HandlerError) -> Failure {
+        Failure {
             kind: e.kind(),
             error: e.to_string(),
-        }),
-        Err(panic) => Err(Failure {
-            kind: ErrorKind::Retry,
-            error: format!("handler panicked: {}", panic::message(panic.as_ref())),
-        }),
+        }
     }
+}
+
+/// The user's handler for one call inside the library's own layers: a panic caught (a retry),
+/// the call in its processing span, named for `stream`.
+fn wrapped<'a, H>(stream: &Arc<str>, handler: &'a H) -> Traced<CatchPanic<Borrowed<'a, H>>> {
+    TracedLayer::new(stream.clone()).layer(CatchPanicLayer.layer(Borrowed(handler)))
 }
 
 /// One lane of a per-entry handler: its entries one after another, until one does not succeed
@@ -294,11 +293,8 @@ async fn one<H: Handler>(handler: &H, ctx: &Ctx<'_>, conn: &mut RedisConn, d: &D
     };
     let mut entry = entry.clone();
     entry.lease = lease;
-    let span = spans::for_entry(&d.raw.stream, &entry);
-    let result = called(handler.handle(entry).instrument(span.clone())).await;
-    if let Err(failure) = &result {
-        spans::failed(&span, &failure.error);
-    }
+    let handler = wrapped(&d.raw.stream, handler);
+    let result = handler.handle(entry).await.map_err(Failure::from);
     after_handler(ctx, conn, d, &result).await
 }
 
@@ -362,12 +358,12 @@ impl<B: BatchHandler> Process for Batches<B> {
                 Some(entry)
             })
             .collect();
-        let first_stream = batch.first().map(|(d, _)| d.raw.stream.clone());
-        let span = spans::for_batch(&entries, first_stream.as_deref().unwrap_or_default());
-        let result = called(self.0.handle_batch(entries).instrument(span.clone())).await;
-        if let Err(failure) = &result {
-            spans::failed(&span, &failure.error);
-        }
+        let first_stream = batch
+            .first()
+            .map(|(d, _)| d.raw.stream.clone())
+            .unwrap_or_else(|| Arc::from(""));
+        let handler = wrapped(&first_stream, &self.0);
+        let result = handler.handle_batch(entries).await.map_err(Failure::from);
         for (d, _) in batch {
             let fate = after_handler(ctx, &mut conn, &d, &result).await;
             out.push(Outcome {

@@ -7,7 +7,9 @@
 //! gives), dead-lettered now, or waited out as an outage without spending a delivery. Wrappers
 //! implement the same traits: [`Batches`] hands whole batches to a [`BatchHandler`], and
 //! `inbox::Inbox` (feature `inbox`, on by default) commits each effect with an inbox row in
-//! one Postgres transaction, so a redelivered event takes effect once.
+//! one Postgres transaction, so a redelivered event takes effect once. Your own middleware is
+//! a [`Layer`]: it wraps a handler in another (as tower's and apalis's layers do), and so
+//! are the library's own panic catching and processing spans.
 //!
 //! The map of the crate:
 //!
@@ -17,6 +19,7 @@
 //! | `handler` | [`Handler`], [`BatchHandler`], [`Batches`], [`HandlerError`] |
 //! | `consumer` | [`Consumer`]: the loop (own pending entries first, then new ones), acks, claims |
 //! | `handling` | one batch: checks before a handler, lanes or whole batches, retry or dead stream |
+//! | `layer` | [`Layer`]: middleware around a handler; the library's own (panic catching, spans) are layers too |
 //! | `lanes` | splitting a batch by partition key: keys concurrently, one key in order |
 //! | `fleet` | dividing a partitioned topic's partitions among the group: membership, leases (the bookkeeping a pure function, `fleet::leases`), epochs |
 //! | `stream` | every Redis command the consumer sends |
@@ -71,10 +74,12 @@ mod handling;
 #[cfg(feature = "inbox")]
 pub mod inbox;
 mod lanes;
+mod layer;
 mod spans;
 mod stream;
 
 pub use config::{ConfigError, ConsumerConfig};
 pub use consumer::{Consumer, ConsumerError, RunStats};
 pub use handler::{BatchHandler, Batches, ErrorKind, Handler, HandlerError, Processing};
+pub use layer::{layer_fn, Layer, LayerFn};
 pub use outbox_core::{ConnectError, Entry, EntryError, Lease};
