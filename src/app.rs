@@ -39,14 +39,16 @@ pub fn check_admin_exposure(settings: &Settings) -> Result<(), ConfigError> {
     Ok(())
 }
 
-/// `outbox-relay run`: the relay and the admin server until SIGTERM/SIGINT.
-pub async fn run(settings: Settings) -> anyhow::Result<()> {
-    run_until(settings, shutdown_signal()).await
+/// `outbox-relay run`: the relay and the admin server until SIGTERM/SIGINT; `traced`: spans
+/// are exported, so publishing makes them.
+pub async fn run(settings: Settings, traced: bool) -> anyhow::Result<()> {
+    run_until(settings, traced, shutdown_signal()).await
 }
 
 /// Runs until `stop` resolves; `demo` passes its own.
 pub async fn run_until(
     settings: Settings,
+    traced: bool,
     stop: impl std::future::Future<Output = ()>,
 ) -> anyhow::Result<()> {
     let url = settings.database_url()?.to_string();
@@ -72,7 +74,7 @@ pub async fn run_until(
     if let Some(refused) = (&mut partitions).now_or_never() {
         return Err(refused.into());
     }
-    let publisher = open_publisher(&settings)?;
+    let publisher = open_publisher(&settings, traced)?;
     let health = Arc::new(Health::default());
     let metrics = crate::telemetry::install_metrics();
     if let Some(handle) = &metrics {
@@ -206,8 +208,9 @@ fn open_databases(settings: &Settings, url: &str) -> (db::Db, db::Db) {
     (relay_db, admin_db)
 }
 
-/// The Redis publisher of the settings (lazy: nothing connects yet).
-pub(crate) fn open_publisher(settings: &Settings) -> anyhow::Result<Publisher> {
+/// The Redis publisher of the settings (lazy: nothing connects yet); `traced`: it makes
+/// publish spans (spans are exported).
+pub(crate) fn open_publisher(settings: &Settings, traced: bool) -> anyhow::Result<Publisher> {
     let redis_tls = connect::tls_files(&settings.redis).map_err(|e| anyhow::anyhow!(e.0))?;
     let conn = connect::connect(&settings.redis, redis_tls.as_ref()).context("redis.url")?;
     Ok(Publisher::new(
@@ -223,6 +226,7 @@ pub(crate) fn open_publisher(settings: &Settings) -> anyhow::Result<Publisher> {
                 fsync: settings.redis.wait_fsync,
                 timeout: settings.redis.wait_timeout,
             },
+            traced,
         },
     ))
 }
@@ -244,7 +248,7 @@ async fn register_known_topics(state: &AdminState) {
 /// [`ActorLost::EXIT_CODE`] so that its orchestrator restarts it.
 #[derive(Debug, thiserror::Error)]
 #[error("the {0} actor died; exiting so that the replica is restarted")]
-pub struct ActorLost(pub crate::relay::actors::ActorName);
+pub struct ActorLost(pub crate::telemetry::ActorName);
 
 impl ActorLost {
     /// `EX_SOFTWARE`: an internal error.

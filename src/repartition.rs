@@ -44,7 +44,7 @@ pub async fn run(settings: &Settings, topic: &str, partitions: u32) -> anyhow::R
     }
     let url = settings.database_url()?;
     let db = db::pool::build(url, 2, settings.session(), Drivers::Caller);
-    let publisher = crate::app::open_publisher(settings)?;
+    let publisher = crate::app::open_publisher(settings, false)?;
     let (old, was_paused) = db
         .unit(async |c| topics::partitions_and_pause(c, topic).await)
         .await

@@ -10,7 +10,7 @@ use std::time::Duration;
 use actix::{Actor, ActorContext, ActorFutureExt, AsyncContext, Context, Supervised, WrapFuture};
 use futures::future::BoxFuture;
 
-use super::actors::ActorName;
+use crate::telemetry::ActorName;
 
 /// One maintenance duty.
 pub trait Job: Clone + Unpin + 'static {

@@ -35,6 +35,7 @@ fn publisher_at(url: &str, prefix: &str) -> Publisher {
         maxlen: None,
         timeout: Duration::from_secs(5),
         durability: Default::default(),
+        traced: false,
     };
     let conn = Publisher::connect(url, config.timeout).expect("redis url");
     Publisher::new(conn, config)

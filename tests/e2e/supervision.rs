@@ -1,6 +1,7 @@
 //! What a panic, a stall or an outage does to the probes and the process, driven through the
 //! fault-injection hooks (`relay::faults`, feature `test-hooks`; `make test` turns it on):
-//! a panic in a claim cycle restarts the claimer and relaying goes on; an actor killed by a
+//! a panic in a claim cycle restarts the claimer and relaying goes on, as does one in a
+//! dispatcher's publish (that dispatcher alone restarts); an actor killed by a
 //! panic its supervisor cannot catch ends the process with status 70; a stalled claim loop
 //! fails `/healthz`; `/readyz` answers at once during a Postgres outage; and every metric of
 //! the contract is in the first scrape.
@@ -41,6 +42,41 @@ async fn a_panic_in_a_claim_cycle_restarts_the_claimer_and_relaying_goes_on() {
         relay.wait_exit(Duration::ZERO),
         None,
         "the process lives on"
+    );
+    assert_eq!(relay.http().status("/healthz"), 200);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[cfg_attr(not(feature = "test-hooks"), ignore = "needs --features test-hooks")]
+async fn a_panic_in_a_dispatchers_publish_restarts_that_dispatcher_and_its_topic_goes_on() {
+    let db = TestDb::new().await;
+    let redis = TestRedis::shared();
+    // The third publish of any topic panics inside its dispatcher.
+    let mut relay = RelayProc::spawn(
+        "dispatch-panic",
+        &with_fault(&db, &redis, "dispatch-panic@3"),
+    );
+    relay
+        .http()
+        .wait_status("/readyz", 200, Duration::from_secs(20))
+        .await;
+    for round in 0..6 {
+        insert_range(&db, round * 20 + 1, round * 20 + 20, 2, 7).await;
+        db.wait_until_published(Duration::from_secs(20)).await;
+    }
+    relay
+        .http()
+        .wait_metric(
+            "outbox_actor_panics_total{actor=\"dispatcher\"}",
+            |n| n == 1.0,
+            Duration::from_secs(5),
+        )
+        .await;
+    assert_eq!(assert_exactly_once(&redis, 2).await, 120);
+    assert_eq!(
+        relay.wait_exit(Duration::ZERO),
+        None,
+        "a dispatcher's panic is not the process's"
     );
     assert_eq!(relay.http().status("/healthz"), 200);
 }
