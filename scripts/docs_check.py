@@ -23,7 +23,8 @@ Checks (each failure is one line on stderr, naming the file and line that names 
   maps      A module whose `//!` doc maps its modules (a "map of the crate", or a table whose
             header's first column is "module" or "suite") names every `mod` it declares, and
             the table names no module it does not declare (src/lib.rs, consumer/src/lib.rs,
-            bench/src/lib.rs, tests/e2e/main.rs).
+            bench/src/lib.rs, core/src/lib.rs, tests/e2e/main.rs); docs/development.md's suite
+            table names every module of tests/e2e/main.rs (DOC_TABLES).
   impls     Docs that list the implementations of a trait name each of them (IMPL_LISTS:
             every `impl Job for X` is named in src/relay/periodic.rs's doc), and every file of
             src/relay/ that implements `Actor` or `Job` is in docs/architecture.md's actors table.
@@ -350,6 +351,36 @@ def check_maps():
     return checked
 
 
+# Tables of a Markdown doc that list a module's submodules: (doc, first column's header,
+# the module file, submodules that are not listed).
+DOC_TABLES = [("docs/development.md", "suite", "tests/e2e/main.rs", {"support"})]
+
+
+def check_doc_tables():
+    for doc, header, module, unlisted in DOC_TABLES:
+        lines = [(n, line) for n, line in enumerate(read(os.path.join(ROOT, doc)).splitlines(), 1)]
+        names = []
+        in_table = False
+        for _, line in lines:
+            if not line.startswith("|"):
+                in_table = False
+                continue
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if not in_table:
+                in_table = cells[0].lower() == header
+                continue
+            m = re.match(r"`([a-z_][a-z0-9_]*)`", cells[0])
+            if m:
+                names.append(m.group(1))
+        declared = MOD_RE.findall(read(os.path.join(ROOT, module)))
+        for name in declared:
+            if name not in names and name not in unlisted:
+                fail(f"{doc}: its `{header}` table does not name `{name}`, a module of {module}")
+        for name in names:
+            if name not in declared:
+                fail(f"{doc}: its `{header}` table names `{name}`, not a module of {module}")
+
+
 # ------------------------------------------------------------------------------------ impls
 
 
@@ -406,12 +437,13 @@ def main(argv):
     history = "--history" in argv[1:]
     found = check_paths(history)
     maps = check_maps()
+    check_doc_tables()
     check_impls()
     if FAILURES:
         print(f"docs-check: {len(FAILURES)} failure(s)", file=sys.stderr)
         return 1
     print(f"docs-check: ok ({found} path mentions, module maps of {', '.join(maps)}, "
-          f"the Job list and the actors table)")
+          f"development.md's suites, the Job list and the actors table)")
     return 0
 
 

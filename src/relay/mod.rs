@@ -4,7 +4,8 @@
 //!  NOTIFY ──► listener ──Wake──► claimer ──Publish──► dispatcher (one per topic) ──► Redis
 //!  timer  ───────────────Wake──►    │  ◄──outcomes──┘
 //!  retry scheduler ◄──RetryDue──────┘  (──Wake──► claimer when a retry comes due)
-//!  retention cleaner, heartbeat, backlog sampler, group keeper, readiness: periodic jobs
+//!  retention cleaner, heartbeat, backlog sampler, group keeper, readiness, marks keeper:
+//!  periodic jobs (`periodic`)
 //! ```
 //! Every actor runs under an actix `Supervisor`: one that stops, or panics in its work, is
 //! restarted on its own, without touching the others or the process (see `supervision`).
