@@ -25,6 +25,10 @@ Checks (each failure is one line on stderr, naming the file and line that names 
             the table names no module it does not declare (src/lib.rs, consumer/src/lib.rs,
             bench/src/lib.rs, core/src/lib.rs, tests/e2e/main.rs); docs/development.md's suite
             table names every module of tests/e2e/main.rs (DOC_TABLES).
+  settings  A code span `section.key` (`relay.workers`, `redis.wait_fsync = true`) in the
+            current docs and the comments of the relay's .rs files (not the other crates':
+            the consumer's settings are its own) names a field of that section's struct, found
+            from `Settings` under src/config.
   impls     Docs that list the implementations of a trait name each of them (IMPL_LISTS:
             every `impl Job for X` is named in src/relay/periodic.rs's doc), and every file of
             src/relay/ that implements `Actor` or `Job` is in docs/architecture.md's actors table.
@@ -381,6 +385,53 @@ def check_doc_tables():
                 fail(f"{doc}: its `{header}` table names `{name}`, not a module of {module}")
 
 
+# ---------------------------------------------------------------------------------- settings
+
+
+# Code spans that look like a setting and are not one (Lua's calls in the publish script).
+NOT_SETTINGS = {"redis.call", "redis.pcall"}
+
+
+def settings_sections():
+    """{section: its fields}, from the `Settings` struct and the structs of its fields, wherever
+    under src/config they are defined."""
+    texts = [read(os.path.join(ROOT, f)) for f in rust_files()
+             if f == "src/config.rs" or f.startswith("src/config/")]
+    structs = {}
+    for text in texts:
+        for m in re.finditer(r"pub struct (\w+)\s*\{(.*?)\n\}", text, re.S):
+            structs[m.group(1)] = dict(re.findall(r"pub (\w+):\s*([\w<>]+)", m.group(2)))
+    if "Settings" not in structs:
+        fail("src/config: no `pub struct Settings`: update settings_sections in docs_check.py")
+        return {}
+    return {name: set(structs[kind]) for name, kind in structs["Settings"].items()
+            if kind in structs}
+
+
+def check_settings():
+    """A code span `section.key` names a setting that exists."""
+    sections = settings_sections()
+    if not sections:
+        return 0
+    span = re.compile(r"`(" + "|".join(sorted(sections)) + r")\.([a-z_]+)(?=[`\s=])")
+    sources = [(f, list(enumerate(read(os.path.join(ROOT, f)).splitlines(), 1)))
+               for f in doc_files()]
+    sources += [(f, rust_comments(read(os.path.join(ROOT, f)))) for f in rust_files()
+                if not f.startswith(CRATES)]
+    count = 0
+    for source, lines in sources:
+        for number, text in lines:
+            for m in span.finditer(text):
+                section, key = m.groups()
+                if f"{section}.{key}" in NOT_SETTINGS or key in ("rs", "md"):
+                    continue
+                count += 1
+                if key not in sections[section]:
+                    fail(f"{source}:{number}: names the setting `{section}.{key}`, which "
+                         f"[{section}] does not have")
+    return count
+
+
 # ------------------------------------------------------------------------------------ impls
 
 
@@ -438,12 +489,13 @@ def main(argv):
     found = check_paths(history)
     maps = check_maps()
     check_doc_tables()
+    settings = check_settings()
     check_impls()
     if FAILURES:
         print(f"docs-check: {len(FAILURES)} failure(s)", file=sys.stderr)
         return 1
     print(f"docs-check: ok ({found} path mentions, module maps of {', '.join(maps)}, "
-          f"development.md's suites, the Job list and the actors table)")
+          f"development.md's suites, {settings} settings named, the Job list and the actors table)")
     return 0
 
 
