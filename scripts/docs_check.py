@@ -37,6 +37,7 @@ Usage: python3 scripts/docs_check.py [--history]
 Exit status 0 when every check passed, 1 otherwise.
 """
 
+import functools
 import glob
 import os
 import re
@@ -72,6 +73,7 @@ def rel(path):
     return os.path.relpath(path, ROOT)
 
 
+@functools.cache
 def read(path):
     with open(path, encoding="utf-8") as f:
         return f.read()
@@ -97,6 +99,7 @@ def history_files():
     return out
 
 
+@functools.cache
 def rust_files():
     out = []
     for dirpath, dirnames, filenames in os.walk(ROOT):
@@ -104,7 +107,7 @@ def rust_files():
         for name in sorted(filenames):
             if name.endswith(".rs"):
                 out.append(rel(os.path.join(dirpath, name)))
-    return out
+    return tuple(out)
 
 
 def rust_comments(text):
