@@ -11,8 +11,8 @@ Checks (each failure is one line on stderr, naming the file and line that names 
             `consumer/src/fleet/`, or is a whole code span (`k8s/overlays/prod`; a name without
             extension may be a Rust module or target: `examples/inbox_consumer` is its .rs).
             The bare names a doc lists after a directory are paths in it: `consumer/src/fleet/`
-            (`mod.rs`, `beat.rs`). A Markdown file's relative links must resolve. `*`, `<placeholder>` and `{a,b}` are globs and must match
-            something. In a crate's own files (consumer/, core/, bench/, testkit/), a path is
+            (`mod.rs`, `beat.rs`). A Markdown file's relative links must resolve. `*`,
+            `<placeholder>` and `{a,b}` are globs and must match something. In a crate's own files (consumer/, core/, bench/, testkit/), a path is
             also looked up from that crate's root (`src/lib.rs` in consumer/README.md).
             Scanned: README.md, docs/*.md, consumer/README.md, k8s/**/README.md, and the
             `//!`, `///` and `//` comments of every .rs file.
