@@ -12,8 +12,9 @@ Checks (each failure is one line on stderr, naming the file and line that names 
             extension may be a Rust module or target: `examples/inbox_consumer` is its .rs).
             The bare names a doc lists after a directory are paths in it: `consumer/src/fleet/`
             (`mod.rs`, `beat.rs`). A Markdown file's relative links must resolve. `*`,
-            `<placeholder>` and `{a,b}` are globs and must match something. In a crate's own files (consumer/, core/, bench/, testkit/), a path is
-            also looked up from that crate's root (`src/lib.rs` in consumer/README.md).
+            `<placeholder>` and `{a,b}` are globs and must match something. In a crate's own
+            files (consumer/, core/, bench/, testkit/), a path is also looked up from that
+            crate's root (`src/lib.rs` in consumer/README.md).
             Scanned: README.md, docs/*.md, consumer/README.md, k8s/**/README.md, and the
             `//!`, `///` and `//` comments of every .rs file.
             Not scanned, because they are history and name what existed when they were written:
@@ -217,7 +218,8 @@ def paths_in(source, lines):
                 continue
             # A whole code span without an extension is checked too: `k8s/overlays/prod`,
             # `examples/inbox_consumer` (a target: its .rs file).
-            quoted = text[m.start() - 1:m.start()] == "`" and text[m.start() + len(token):][:1] == "`"
+            after = text[m.start() + len(token):][:1]
+            quoted = text[m.start() - 1:m.start()] == "`" and after == "`"
             if checkable(token) or quoted:
                 yield token, number
 
