@@ -17,6 +17,8 @@
 //! | [`panic`] | a caught panic's message |
 //! | [`partition`] | Kafka's murmur2 partitioner: which partition a key goes to |
 //! | [`host`] | this host's name |
+//! | [`sentinel`] | Redis behind Sentinel: the master they name, followed across failovers |
+//! | [`trace`] | W3C trace context across an event's hops: producer, publish, consumer |
 //! | `prepared` (feature `postgres`) | raw SQL a connection keeps prepared |
 
 pub mod backoff;

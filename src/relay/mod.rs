@@ -6,7 +6,7 @@
 //!  retry scheduler ◄──RetryDue──────┘  (──Wake──► claimer when a retry comes due)
 //!  readiness ──reports──► publish gate ◄──reads── claim cycle
 //!  retention cleaner, heartbeat, backlog sampler, group keeper, readiness, marks keeper,
-//!  topic registrar, dedup sweeper: periodic jobs
+//!  topic registrar, dedup sweeper: periodic jobs (`periodic`)
 //! ```
 //! Every actor runs under an actix `Supervisor` and is watched: one that stops, or panics in
 //! its work, is restarted on its own, without touching the others or the process; one that

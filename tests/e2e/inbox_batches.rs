@@ -1,5 +1,5 @@
-//! The library's batch inbox (`Batches(Inbox::new(..))`): one transaction per batch, and
-//! still every effect once: an event recorded in the inbox before is skipped, an event id
+//! The library's batch inbox (`Batches(Inbox::for_batches(..))`): one transaction per batch,
+//! and still every effect once: an event recorded in the inbox before is skipped, an event id
 //! that appears twice in the stream is applied once, and a batch whose effect fails is
 //! retried whole, then dead-lettered.
 

@@ -6,24 +6,32 @@
 //! | module | covers |
 //! |---|---|
 //! | [`delivery`] | exactly once with intact fields, rollbacks, delete mode, no prepared statements, `available_at`, maxlen |
+//! | [`durability`] | `redis.wait_replicas` and `redis.wait_fsync`: nothing marked published before Redis confirmed as asked; a Redis that cannot confirm leaves the relay not ready, sending nothing |
 //! | [`ordering`] | per-key order with three relays and two producers; a hot key moves in whole runs |
 //! | [`claim`] | concurrent claim transactions, claim slots, the head/run snapshot race, the byte budget |
 //! | [`cluster`] | Redis Cluster: three masters, exactly once and key order, a master killed, a slot migrated, the Streams page |
+//! | [`partitions`] | partitioned topics: each key in its Kafka partition's stream, in order, once; declared groups on every partition; a relay with another count refused; `repartition` |
 //! | [`big_events`] | megabyte events drain in bounded memory |
 //! | [`inbox_batches`] | the library's batch inbox: one transaction per batch, each effect once, a failing batch dead-lettered |
 //! | [`groups`] | declared consumer groups made before the first publish, their metrics, `redis.trim_acked` |
 //! | [`dedup`] | the publish script's dedup windows and the retired sets' freeing |
 //! | [`wake`] | producers' NOTIFY quieted while a relay drains, and back after |
 //! | [`consumer`] | the consumer library and `examples/inbox_consumer`: SIGKILLed consumers apply each event once, claims after `--claim-idle`, poison to the dead stream, per-key order through failures and a restart, malformed entries |
+//! | [`fleet`] | a consumer group's fleet on a partitioned topic (`examples/inbox_consumer`): partitions divided among the members, each key in commit order through kills, freezes and scaling, the inbox's fence |
 //! | [`crash`] | SIGKILL of relays in a loop: nothing lost, nothing doubled |
 //! | [`outage`] | a Redis outage (own redis-server): no attempt burnt, recovery |
+//! | [`loss`] | Redis losing appended entries (an older snapshot, a failover to a lagging replica): noticed before the next publish, each lost event published again once, in order |
+//! | [`memory`] | above `redis.max_memory_ratio` of Redis's `maxmemory` the relay holds publishing (not ready) and resumes by itself |
+//! | [`sentinel`] | Redis behind Sentinel: the relay, an inbox consumer and `tail` follow a failover; nothing lost or doubled, no attempt spent |
 //! | [`pg_outage`] | a Postgres outage (own server): the process survives, recovery |
 //! | [`poison`] | failing events retried then dead while others flow; a key waits for its head |
+//! | [`replay`] | a topic's published events of a time range sent again, in order, through the API, the CLI and the UI, audited; a bad time refused |
 //! | [`lease`] | a hung replica's claim taken over; claim slots; poll-only; NOTIFY off |
 //! | [`pgbouncer`] | through PgBouncer in transaction mode: delivery, order, SIGKILL, lease, retention, pause, `migrate`; no session state left on its server connections |
 //! | [`retention`] | retention deletes old published rows only; paused topics |
 //! | [`shutdown`] | SIGTERM exits 0 and another replica takes over |
 //! | [`supervision`] | a panicking actor restarted, a dead one ends the process (70), a stalled loop fails `/healthz`, `/readyz` during an outage, the first scrape |
+//! | [`traces`] | OTLP traces: a producer's `traceparent` parents the relay's publish span, the consumer's span is its child; the Rust producer writes the caller's trace context |
 //! | [`tls`] | Postgres `verify-full`/`verify-ca` and `rediss://` with a test CA; a wrong host name or CA refused; Redis mutual TLS |
 //! | [`tail`] | `outbox-relay tail`: JSON lines, `--from`, `--count`, `--group` acknowledging |
 //! | [`cli`] | bad settings exit 2, `--help`, concurrent `migrate` |
