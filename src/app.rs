@@ -181,10 +181,23 @@ async fn partition_check(db: db::Db, configured: HashMap<String, u32>) -> Config
     }
 }
 
+/// The session of the relay's connections, from the settings: behind a transaction pooler
+/// (`database.pooler = "transaction"`, or `database.prepared_statements = false`) nothing is
+/// kept between transactions, and each transaction sets `relay.lease` as its limits.
+pub(crate) fn db_session(settings: &Settings) -> db::Session {
+    db::Session {
+        mode: match settings.transaction_pooled() {
+            true => db::SessionMode::TransactionPooled,
+            false => db::SessionMode::Direct,
+        },
+        lease: settings.relay.lease,
+    }
+}
+
 /// The relay's pool and the admin server's, in the session mode the settings name (behind a
 /// pooler in transaction mode nothing is kept in a session between transactions).
 fn open_databases(settings: &Settings, url: &str) -> (db::Db, db::Db) {
-    let session = settings.session();
+    let session = db_session(settings);
     if !settings.database.prepared_statements && !settings.poll_only() {
         tracing::warn!(
             "database.prepared_statements = false without relay.poll_only: behind a pooler in \
@@ -211,7 +224,10 @@ fn open_databases(settings: &Settings, url: &str) -> (db::Db, db::Db) {
 /// The Redis publisher of the settings (lazy: nothing connects yet); `traced`: it makes
 /// publish spans (spans are exported).
 pub(crate) fn open_publisher(settings: &Settings, traced: bool) -> anyhow::Result<Publisher> {
-    let redis_tls = connect::tls_files(&settings.redis).map_err(|e| anyhow::anyhow!(e.0))?;
+    let redis_tls = settings
+        .redis
+        .tls_files()
+        .map_err(|e| anyhow::anyhow!(e.0))?;
     let conn = connect::connect(&settings.redis, redis_tls.as_ref()).context("redis.url")?;
     Ok(Publisher::new(
         conn,

@@ -78,7 +78,12 @@ async fn replay(settings: &Settings, args: &crate::cli::ReplayArgs) -> anyhow::R
         .into());
     }
     let url = settings.database_url()?;
-    let db = crate::db::pool::build(url, 2, settings.session(), crate::db::pool::Drivers::Caller);
+    let db = crate::db::pool::build(
+        url,
+        2,
+        app::db_session(settings),
+        crate::db::pool::Drivers::Caller,
+    );
     let publisher = app::open_publisher(settings, false)?;
     let replayed = Actions::new(&db, None)
         .replay(&publisher, "cli", &args.topic, range)

@@ -169,7 +169,7 @@ fn start_claiming(
     });
     watched.add(ActorName::Claimer, &claimer);
     if !settings.poll_only() {
-        let session = settings.session();
+        let session = wiring.db.session();
         let url = wiring.database_url.to_string();
         let wake = claimer.clone().recipient();
         let listener = Supervisor::start(move |_| Listener::new(url, session, wake));
