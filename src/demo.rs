@@ -3,11 +3,14 @@
 //! poison events (their topic's stream key holds a plain string, so every XADD gets
 //! WRONGTYPE and they end up dead-lettered).
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use diesel::sql_types::Text;
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
+use outbox_core::backoff::ErrorLog;
+use outbox_core::redis_conn::{self, RedisConn};
+use outbox_core::{groups, keys, Entry};
 use rand::Rng;
 
 use crate::config::{GroupSpec, Settings};
@@ -137,32 +140,117 @@ async fn plant_poison(settings: &Settings) -> anyhow::Result<()> {
 /// Streams page shows its lag growing while `shipping`, which nobody reads, lags by everything.
 const BILLING_EFFECT: Duration = Duration::from_millis(400);
 
-/// The demo's `billing` consumer, through the consumer library.
+/// The demo's `billing` consumer: a plain `XREADGROUP`/`XACK` loop. The relay does not link
+/// its client library (`outbox-consumer`), whose users it serves; one slow reader on one
+/// stream needs none of the library's retries, lanes or fleet.
 async fn consume_slowly(settings: Settings) {
     if settings.redis.cluster {
-        // The library reads one Redis server; the relay alone shows the cluster.
+        // One Redis server is read; the relay alone shows the cluster.
         return;
     }
-    let config = outbox_consumer::ConsumerConfig::new(&settings.redis.url, TOPICS[0], GROUPS[0])
-        .stream_prefix(&settings.redis.stream_prefix)
-        .consumer("demo-billing")
-        .concurrency(1);
-    let consumer = match outbox_consumer::Consumer::new(config) {
-        Ok(consumer) => consumer,
+    let stream = keys::stream_key(&settings.redis.stream_prefix, TOPICS[0]);
+    let timeouts = redis_conn::Timeouts {
+        connect: Duration::from_secs(5),
+        // Above the blocking read's wait, so an empty stream is not a timeout.
+        response: DEMO_READ_BLOCK + Duration::from_secs(5),
+    };
+    // A lazy connection that reconnects by itself: an outage only fails the round in hand.
+    let mut conn = match redis_conn::connect(
+        &settings.redis.url,
+        &redis_conn::Topology::Single,
+        timeouts,
+        None,
+    ) {
+        Ok(conn) => conn,
         Err(e) => {
             tracing::warn!("demo consumer not started: {e}");
             return;
         }
     };
-    consumer
-        .run(
-            |_entry: outbox_consumer::Entry| async {
-                tokio::time::sleep(BILLING_EFFECT).await;
-                Ok::<(), std::convert::Infallible>(())
-            },
-            std::future::pending::<()>(),
-        )
-        .await;
+    let mut errors = ErrorLog::new(Duration::from_secs(60));
+    // Its own pending entries first (left by an earlier run under the same name), then new ones.
+    let mut from = DemoRead::Pending;
+    loop {
+        match consume_round(&mut conn, &stream, from).await {
+            Ok(0) if from == DemoRead::Pending => from = DemoRead::New,
+            Ok(_) => errors.reset(),
+            Err(e) => {
+                if let Some(suppressed) = errors.admit(Instant::now()) {
+                    tracing::warn!(error = %e, suppressed, "demo consumer: read failed; retrying");
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+    }
+}
+
+/// The demo consumer's name in its group.
+const DEMO_CONSUMER: &str = "demo-billing";
+/// Entries per read of the demo consumer.
+const DEMO_READ_COUNT: usize = 10;
+/// How long a read of the demo consumer waits for new entries.
+const DEMO_READ_BLOCK: Duration = Duration::from_secs(1);
+
+/// Which entries a round of the demo consumer reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum DemoRead {
+    /// Those delivered to it before and not acknowledged.
+    Pending,
+    /// Those never delivered to the group.
+    New,
+}
+
+/// One read of the demo consumer: each entry "handled" (a pause), then acknowledged. Creates
+/// the group if it is missing (the relay declares it too, and Redis may have lost it).
+/// Returns how many entries it read.
+async fn consume_round(
+    conn: &mut RedisConn,
+    stream: &str,
+    from: DemoRead,
+) -> redis::RedisResult<usize> {
+    let mut read = redis::cmd("XREADGROUP");
+    read.arg("GROUP")
+        .arg(GROUPS[0])
+        .arg(DEMO_CONSUMER)
+        .arg("COUNT")
+        .arg(DEMO_READ_COUNT);
+    if from == DemoRead::New {
+        read.arg("BLOCK")
+            .arg(u64::try_from(DEMO_READ_BLOCK.as_millis()).unwrap_or(1000));
+    }
+    let id = match from {
+        DemoRead::Pending => "0",
+        DemoRead::New => ">",
+    };
+    read.arg("STREAMS").arg(stream).arg(id);
+    let reply: redis::Value = match read.query_async(conn).await {
+        Ok(reply) => reply,
+        Err(e) if groups::is_nogroup(&e) => {
+            groups::create(conn, stream, GROUPS[0], "0").await?;
+            return Ok(0);
+        }
+        Err(e) => return Err(e),
+    };
+    if reply == redis::Value::Nil {
+        return Ok(0);
+    }
+    let entries = Entry::from_read_reply(reply)?;
+    for (id, entry) in &entries {
+        match entry {
+            Ok(_) => tokio::time::sleep(BILLING_EFFECT).await,
+            // Nothing to do with it but move on: the demo has no dead stream of its own.
+            Err(e) => {
+                tracing::warn!(stream_id = %id, error = %e, "demo consumer: malformed entry acknowledged")
+            }
+        }
+        redis::cmd("XACK")
+            .arg(stream)
+            .arg(GROUPS[0])
+            .arg(id)
+            .query_async::<()>(conn)
+            .await?;
+    }
+    Ok(entries.len())
 }
 
 /// Runs the demo until SIGTERM/SIGINT.

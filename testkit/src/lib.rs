@@ -6,6 +6,8 @@
 //!   PATH), plain or TLS-only, every node killed on drop.
 //! - [`certs`]: a certificate authority made in process (rcgen): server, cluster node and
 //!   client certificates as PEM files in a directory.
+//! - [`services`]: where the shared Postgres and Redis are, and unique names on them.
 
 pub mod certs;
 pub mod cluster;
+pub mod services;

@@ -70,7 +70,16 @@ async fn a_panic_in_a_dispatchers_publish_restarts_that_dispatcher_and_its_topic
         .wait_status("/readyz", 200, Duration::from_secs(20))
         .await;
     for round in 0..6 {
-        insert_range(&db, round * 20 + 1, round * 20 + 20, 2, 7).await;
+        insert_events(
+            &db,
+            Events {
+                n: round * 20 + 1..=round * 20 + 20,
+                topics: 2,
+                keys: 7,
+                ..Events::default()
+            },
+        )
+        .await;
         db.wait_until_published(Duration::from_secs(20)).await;
     }
     relay

@@ -1,4 +1,4 @@
-//! Consumers for the consumer-side tests: `examples/inbox_consumer` processes (spawned,
+//! Consumers for the consumer-side tests: `consumer/examples/inbox_consumer` processes (spawned,
 //! SIGKILLed, their logs read), the group's state in Redis, and stream entries written the
 //! way the relay writes them.
 
@@ -180,28 +180,36 @@ pub async fn sigkill_while_producing(db: &TestDb, redis: &TestRedis, chaos: Chao
     assert_effects_exactly_once(db, "t0").await;
 }
 
-/// `target/<profile>/examples/inbox_consumer`, built by `cargo test` beside the relay binary.
+/// `target/<profile>/examples/inbox_consumer`, the consumer library's example, built beside the
+/// relay binary by `cargo test --workspace` (or `cargo build -p outbox-consumer --examples
+/// --all-features`).
 pub fn example_bin() -> PathBuf {
     let dir = std::path::Path::new(BIN)
         .parent()
         .expect("the binary's directory");
     let bin = dir.join("examples").join("inbox_consumer");
-    // `cargo test` builds the examples, but not `cargo test --test e2e`: a stale binary
-    // would test old code.
+    // `cargo test --workspace` builds the consumer's examples, but not `cargo test --test
+    // e2e`: a stale binary would test old code.
     let built = std::fs::metadata(&bin)
         .and_then(|m| m.modified())
         .unwrap_or_else(|_| {
             panic!(
-                "{} is missing: run `cargo build --examples --features test-hooks` (plain `cargo test` builds it too)",
+                "{} is missing: run `cargo build -p outbox-consumer --examples --all-features` (`cargo test --workspace` builds it too)",
                 bin.display()
             )
         });
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut sources = vec![
-        root.join("examples/inbox_consumer.rs"),
+        root.join("consumer/examples/inbox_consumer.rs"),
         root.join("consumer/Cargo.toml"),
     ];
-    for crate_src in ["consumer/src", "core/src"] {
+    for crate_src in [
+        "consumer/src",
+        "consumer/src/inbox",
+        "consumer/src/fleet",
+        "consumer/src/stream",
+        "core/src",
+    ] {
         if let Ok(dir) = std::fs::read_dir(root.join(crate_src)) {
             sources.extend(dir.filter_map(|e| e.ok()).map(|e| e.path()));
         }
@@ -211,7 +219,7 @@ pub fn example_bin() -> PathBuf {
         if let Ok(changed) = changed {
             assert!(
                 changed <= built,
-                "{} is older than {}: run `cargo build --examples --features test-hooks` first",
+                "{} is older than {}: run `cargo build -p outbox-consumer --examples --all-features` first",
                 bin.display(),
                 source.display()
             );

@@ -5,13 +5,18 @@
 //!
 //! ```sh
 //! DATABASE_URL=postgres://postgres@127.0.0.1/app REDIS_URL=redis://127.0.0.1:6379 \
-//!   cargo run --release --example inbox_consumer -- --topic order.created --group billing
+//!   cargo run --release -p outbox-consumer --features otel --example inbox_consumer -- \
+//!     --topic order.created --group billing
 //! ```
 //!
 //! A payload with `"poison": true` makes the handler fail; after `--max-deliveries` it goes
 //! to `<stream_prefix><topic>:dead`. SIGTERM or SIGINT stops it after the entries in hand.
 //! On a Redis Cluster pass `--cluster` (or `OUTBOX__REDIS__CLUSTER=true`) with the seed nodes,
 //! comma-separated, in `REDIS_URL`.
+//!
+//! Logs go to stderr (`RUST_LOG`, default `info`); with `OTEL_EXPORTER_OTLP_ENDPOINT` set, the
+//! processing spans go over OTLP/HTTP as children of the relay's publish spans (the `otel`
+//! feature), as service `inbox-consumer` unless `OTEL_SERVICE_NAME` says otherwise.
 
 use std::time::Duration;
 
@@ -19,9 +24,16 @@ use clap::Parser;
 use diesel::sql_types::{Text, Uuid};
 use diesel_async::pooled_connection::AsyncDieselConnectionManager;
 use diesel_async::{AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_otlp::{Protocol, SpanExporter, WithExportConfig};
+use opentelemetry_sdk::trace::SdkTracerProvider;
+use opentelemetry_sdk::Resource;
 use outbox_consumer::inbox::{self, Inbox};
 use outbox_consumer::{Consumer, ConsumerConfig, Entry};
-use outbox_relay::config::LogFormat;
+use tracing_subscriber::filter::Targets;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::Layer;
 
 #[derive(Parser)]
 #[command(about = "Consume an outbox topic into example_effects, exactly once, with the inbox")]
@@ -96,23 +108,63 @@ enum EffectError {
 
 #[tokio::main]
 async fn main() {
-    // The relay's logs and traces: RUST_LOG, and the OTEL_* variables (processing spans,
-    // children of the relay's publish spans, as `inbox-consumer` unless OTEL_SERVICE_NAME).
-    let traces = match outbox_relay::telemetry::install(LogFormat::Text, "inbox-consumer") {
-        Ok(exporting) => exporting,
+    let traces = match install_telemetry() {
+        Ok(provider) => provider,
         Err(e) => {
-            eprintln!("inbox_consumer: {e}");
+            eprintln!("inbox_consumer: OTLP trace exporter: {e}");
             std::process::exit(2);
         }
     };
     let args = Args::parse();
     let result = run(args).await;
     // Sends the spans still queued before the process ends.
-    drop(traces);
+    if let Some(provider) = traces {
+        if let Err(e) = provider.shutdown() {
+            eprintln!("inbox_consumer: the last spans could not be sent: {e}");
+        }
+    }
     if let Err(e) = result {
         eprintln!("inbox_consumer: {e}");
         std::process::exit(1);
     }
+}
+
+/// Logs to stderr as `RUST_LOG` says (default `info`); and, when the standard OpenTelemetry
+/// environment names an endpoint (`OTEL_EXPORTER_OTLP_ENDPOINT` or
+/// `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`, `OTEL_TRACES_EXPORTER` not `none`), the library's
+/// processing spans (target [`outbox_core::trace::TARGET`], nothing else) over OTLP/HTTP.
+/// Returns the provider to shut down at the end, which sends the spans still queued.
+fn install_telemetry() -> Result<Option<SdkTracerProvider>, opentelemetry_otlp::ExporterBuildError>
+{
+    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let logs = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_filter(filter);
+    let registry = tracing_subscriber::registry().with(logs);
+    let off = var("OTEL_TRACES_EXPORTER").is_some_and(|v| v.trim().eq_ignore_ascii_case("none"));
+    let endpoint = var("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT").is_some()
+        || var("OTEL_EXPORTER_OTLP_ENDPOINT").is_some();
+    if off || !endpoint {
+        registry.init();
+        return Ok(None);
+    }
+    let exporter = SpanExporter::builder()
+        .with_http()
+        .with_protocol(Protocol::HttpBinary)
+        .build()?;
+    let name = var("OTEL_SERVICE_NAME").unwrap_or_else(|| "inbox-consumer".to_string());
+    let provider = SdkTracerProvider::builder()
+        .with_batch_exporter(exporter)
+        .with_resource(Resource::builder().with_service_name(name).build())
+        .build();
+    let spans = tracing_opentelemetry::layer()
+        .with_tracer(provider.tracer(env!("CARGO_PKG_NAME")))
+        .with_filter(Targets::new().with_target(outbox_core::trace::TARGET, tracing::Level::TRACE));
+    registry.with(spans).init();
+    Ok(Some(provider))
 }
 
 async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
