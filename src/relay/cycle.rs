@@ -1,6 +1,6 @@
 //! One claim cycle, the relay's hot path, as a plain async function (testable without actix),
 //! in stages: read the publish gate (`gate`), claim (`claim`), group by topic (`settle`,
-//! pure), publish (each topic through its dispatcher, see `registry`), repair the streams
+//! pure), publish (each topic through its dispatcher, see `dispatcher`), repair the streams
 //! found to have lost entries (`repair`), settle the outcomes (`settle`, pure), apply (mark,
 //! retry plan, commit).
 //!
@@ -24,10 +24,10 @@ use futures::future::join_all;
 use uuid::Uuid;
 
 use super::claim::{claim_chains, Claim};
+use super::dispatcher::Topics;
 use super::gate::PublishGate;
 use super::messages::Publish;
 use super::overlap::Overlap;
-use super::registry::Topics;
 use super::repair::{self, RepairSettings};
 use super::retry;
 use super::settle::{self, Row, Settled, TopicResult};

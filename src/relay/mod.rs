@@ -11,7 +11,7 @@
 //! Every actor runs under an actix `Supervisor` and is watched: one that stops, or panics in
 //! its work, is restarted on its own, without touching the others or the process; one that
 //! dies for good ends the process (see `supervision`). Dispatchers start with their topic
-//! (`registry`). A cycle is `cycle::run_once`: read the gate (`gate`), claim (`claim`), group
+//! (`dispatcher::Topics`). A cycle is `cycle::run_once`: read the gate (`gate`), claim (`claim`), group
 //! and settle (`settle`, pure), publish (the dispatchers), repair lost entries (`repair`),
 //! apply the retry policy (`retry`), commit.
 
@@ -28,13 +28,11 @@ pub mod heartbeat;
 pub mod listener;
 pub mod marks;
 pub mod messages;
-pub mod ordering;
 pub mod overlap;
 pub mod periodic;
 pub mod quiet;
 pub mod readiness;
 pub mod registrar;
-pub mod registry;
 pub mod repair;
 pub mod retry;
 pub mod settle;
@@ -58,13 +56,13 @@ use crate::telemetry::ActorName;
 use claimer::{Claimer, ClaimerConfig};
 use cleaner::Cleaner;
 use cycle::CycleDeps;
+use dispatcher::Topics;
 use gate::PublishGate;
 use health::Health;
 use heartbeat::Heartbeat;
 use listener::Listener;
 use periodic::Periodic;
 use readiness::ReadinessCheck;
-use registry::Topics;
 use retry::RetryScheduler;
 use stats::BacklogSampler;
 use supervision::Watched;

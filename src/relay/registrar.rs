@@ -10,8 +10,8 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use futures::FutureExt;
 
+use super::dispatcher::Topics;
 use super::periodic::Job;
-use super::registry::Topics;
 use crate::db::{topics, Db, DbError};
 use crate::telemetry::ActorName;
 

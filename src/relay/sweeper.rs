@@ -8,8 +8,8 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use futures::FutureExt;
 
+use super::dispatcher::Topics;
 use super::periodic::Job;
-use super::registry::Topics;
 use crate::publish::{keys, PublishError};
 use crate::telemetry::ActorName;
 
