@@ -5,32 +5,25 @@
 use std::future::Future;
 use std::path::PathBuf;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use redis::AsyncCommands;
 use uuid::Uuid;
 
 use super::process::Logged;
-use super::{produce_rounds, TestDb, TestRedis, BIN};
+use super::{eventually, produce_rounds, TestDb, TestRedis, BIN};
 
 /// The group the consumer tests' example consumers join.
 pub const EFFECTS_GROUP: &str = "effects";
 
-/// Polls `check` until it returns `Ok`, or panics after `timeout` with its last `Err`.
-pub async fn wait_until<F, Fut>(timeout: Duration, mut check: F)
+/// [`eventually`] for a check that says what it saw: polls `check` until it returns `Ok`, or
+/// panics after `timeout` with its last `Err`.
+pub async fn wait_until<F, Fut>(timeout: Duration, check: F)
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<(), String>>,
 {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let last = match check().await {
-            Ok(()) => return,
-            Err(e) => e,
-        };
-        assert!(Instant::now() < deadline, "timed out: {last}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    eventually(timeout, "the check to pass", check).await
 }
 
 /// Each event of `topic` in the outbox that is not poison has exactly one row in
@@ -75,7 +68,11 @@ pub async fn wait_settled(db: &TestDb, redis: &TestRedis, topic: &str, applied: 
             .scalar("SELECT count(DISTINCT event_id) FROM example_effects")
             .await;
         let dead_now = redis.xlen(&format!("{topic}:dead")).await;
-        let (pending, _) = group_pending(redis, topic, EFFECTS_GROUP).await;
+        // The consumers make the group as they start.
+        let pending = match try_group_pending(redis, topic, EFFECTS_GROUP).await {
+            Ok((pending, _)) => pending,
+            Err(e) => return Err(format!("applied {got}/{applied}: {e}")),
+        };
         if got == applied && dead_now == dead && pending == 0 {
             Ok(())
         } else {
@@ -278,17 +275,33 @@ impl ExampleConsumer {
     }
 }
 
-/// The group's pending entries on `topic`'s stream: the total, and per consumer.
+/// The group's pending entries on `topic`'s stream: the total, and per consumer. Panics when
+/// Redis does not answer or the group does not exist (a group never made has nothing pending,
+/// but a test that expects it has a bug to see).
 pub async fn group_pending(
     redis: &TestRedis,
     topic: &str,
     group: &str,
 ) -> (usize, Vec<(String, usize)>) {
+    try_group_pending(redis, topic, group)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// [`group_pending`], or what went wrong (for a poll that may run before the group exists).
+pub async fn try_group_pending(
+    redis: &TestRedis,
+    topic: &str,
+    group: &str,
+) -> Result<(usize, Vec<(String, usize)>), String> {
     let mut c = redis.reader().await;
-    let reply: redis::RedisResult<redis::streams::StreamPendingReply> =
-        c.xpending(redis.stream(topic), group).await;
-    match reply {
-        Ok(redis::streams::StreamPendingReply::Data(data)) => (
+    let stream = redis.stream(topic);
+    let reply: redis::streams::StreamPendingReply = c
+        .xpending(&stream, group)
+        .await
+        .map_err(|e| format!("XPENDING {stream} {group}: {e}"))?;
+    Ok(match reply {
+        redis::streams::StreamPendingReply::Data(data) => (
             data.count,
             data.consumers
                 .into_iter()
@@ -296,7 +309,7 @@ pub async fn group_pending(
                 .collect(),
         ),
         _ => (0, Vec::new()),
-    }
+    })
 }
 
 /// Appends an entry to `topic`'s stream with the relay's fields; returns the event id.

@@ -2,7 +2,9 @@
 //! ([`TestDb`], dropped after), its own Redis key prefix ([`TestRedis`], deleted after) or its
 //! own redis-server ([`OwnRedis`]), and real relay processes ([`RelayProc`], [`TokenRelay`]),
 //! reached with the one HTTP client, [`Http`]; a PgBouncer in front of Postgres ([`PgBouncer`]);
-//! `examples/inbox_consumer` processes ([`ExampleConsumer`]); an OTLP receiver ([`OtlpReceiver`]).
+//! `examples/inbox_consumer` processes ([`ExampleConsumer`]); an OTLP receiver ([`OtlpReceiver`]);
+//! and one way to wait, [`eventually`]. Helpers fail loudly: a read that cannot reach its
+//! server panics rather than answer 0 or nothing.
 
 mod cluster;
 mod consumers;
@@ -17,13 +19,15 @@ mod redis;
 mod relay;
 mod sentinel;
 mod tls;
+mod wait;
 
 use std::net::TcpListener;
 
 pub use self::cluster::OwnCluster;
 pub use self::consumers::{
-    assert_effects_exactly_once, example_bin, group_pending, sigkill_while_producing, wait_settled,
-    wait_until, xadd_event, xadd_event_at, Chaos, ExampleConsumer, CHAOS_ARGS, EFFECTS_GROUP,
+    assert_effects_exactly_once, example_bin, group_pending, sigkill_while_producing,
+    try_group_pending, wait_settled, wait_until, xadd_event, xadd_event_at, Chaos, ExampleConsumer,
+    CHAOS_ARGS, EFFECTS_GROUP,
 };
 pub use self::db::{pg_addr, pg_url, OwnPostgres, TestDb};
 pub use self::events::{
@@ -39,6 +43,7 @@ pub use self::redis::{server_binary, valkey_server, OwnRedis, TestRedis};
 pub use self::relay::{base_env, RelayProc, TokenRelay, ADMIN_TOKEN, BIN, READ_ONLY_TOKEN};
 pub use self::sentinel::{OwnSentinel, MASTER};
 pub use self::tls::{Issued, TestCa};
+pub use self::wait::{eventually, eventually_every, Check};
 
 /// A free TCP port on loopback.
 pub fn free_port() -> u16 {

@@ -90,7 +90,9 @@ impl PgBouncer {
 
     /// What it has logged so far.
     pub fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("pgbouncer.log")).unwrap_or_default()
+        let path = self.dir.path().join("pgbouncer.log");
+        std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("read the log {}: {e}", path.display()))
     }
 
     /// `db` reached through this pooler.
@@ -166,7 +168,11 @@ impl PgBouncer {
                     _ => None,
                 })
                 .expect("a row");
-            let value = |i: usize| row.get(i).unwrap_or_default().to_string();
+            let value = |i: usize| {
+                row.get(i)
+                    .unwrap_or_else(|| panic!("column {i} of the inspection is NULL"))
+                    .to_string()
+            };
             pids.insert(value(0));
             assert_eq!(
                 (value(1), value(2), value(3), value(4)),

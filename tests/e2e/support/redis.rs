@@ -114,9 +114,14 @@ impl TestRedis {
         reply.ids.into_iter().map(|e| e.id).collect()
     }
 
+    /// The length of a topic's stream (0 when there is no such stream: XLEN says so); panics
+    /// when Redis does not answer, so "nothing was sent" cannot pass against a dead server.
     pub async fn xlen(&self, topic: &str) -> usize {
         let mut c = self.reader().await;
-        c.xlen(self.stream(topic)).await.unwrap_or(0)
+        let stream = self.stream(topic);
+        c.xlen(&stream)
+            .await
+            .unwrap_or_else(|e| panic!("XLEN {stream} on {}: {e}", self.url))
     }
 }
 

@@ -3,10 +3,11 @@
 //! admin tokens on a database and key prefix of its own, for the API and UI tests.
 
 use std::process::Command;
-use std::time::Duration;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
 
 use super::process::Logged;
-use super::{form, free_port, Http, TestDb, TestRedis};
+use super::{form, Http, TestDb, TestRedis};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_outbox-relay");
 
@@ -19,9 +20,13 @@ pub const READ_ONLY_TOKEN: &str = "l00k-only";
 
 /// A running `outbox-relay run` process.
 pub struct RelayProc {
-    pub admin_port: u16,
+    /// Its admin server's port, once read from its log.
+    admin_port: OnceLock<u16>,
     process: Logged,
 }
+
+/// What the relay logs once its admin server is bound to the port the system picked.
+const LISTENING: &str = "admin listening on ";
 
 impl std::ops::Deref for RelayProc {
     type Target = Logged;
@@ -59,30 +64,53 @@ pub fn base_env(db: &TestDb, redis: &TestRedis) -> Vec<(String, String)> {
 
 impl RelayProc {
     /// Starts `outbox-relay run` as replica `name` with `env` only, its admin server on a
-    /// free port, its log in the temp dir (`relay-<name>-<port>.log`).
+    /// port the system picks (`127.0.0.1:0`: no port picked here that another process could
+    /// take before the relay binds it), its log in the temp dir (`relay-<name>-<uuid>.log`).
     pub fn spawn(name: &str, env: &[(String, String)]) -> RelayProc {
-        let admin_port = free_port();
-        let log = std::env::temp_dir().join(format!("relay-{name}-{admin_port}.log"));
+        let log = std::env::temp_dir().join(format!(
+            "relay-{name}-{}.log",
+            uuid::Uuid::new_v4().simple()
+        ));
         let mut cmd = Command::new(BIN);
         cmd.arg("run")
             .env_clear()
-            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("PATH", std::env::var("PATH").expect("PATH"))
             .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-            .env("OUTBOX__ADMIN__ADDR", format!("127.0.0.1:{admin_port}"))
+            .env("OUTBOX__ADMIN__ADDR", "127.0.0.1:0")
             .env("OUTBOX__INSTANCE_ID", name);
         RelayProc {
-            admin_port,
+            admin_port: OnceLock::new(),
             process: Logged::spawn(cmd, log),
         }
     }
 
+    /// Its admin server's port, as it logged once bound; waits for that line (panics, with the
+    /// log, when it does not come).
+    pub fn admin_port(&self) -> u16 {
+        *self.admin_port.get_or_init(|| {
+            let deadline = Instant::now() + Duration::from_secs(60);
+            loop {
+                let log = self.process.log();
+                if let Some(port) = listening_port(&log) {
+                    return port;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "{} never logged `{LISTENING}<addr>`:\n{log}",
+                    self.process.log_path().display()
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        })
+    }
+
     pub fn url(&self, path: &str) -> String {
-        format!("http://127.0.0.1:{}{}", self.admin_port, path)
+        format!("http://127.0.0.1:{}{}", self.admin_port(), path)
     }
 
     /// An HTTP client for its admin server, without credentials.
     pub fn http(&self) -> Http {
-        Http::new(self.admin_port)
+        Http::new(self.admin_port())
     }
 
     /// Waits until `/readyz` answers 200: Postgres and Redis reachable, claim loop healthy.
@@ -92,15 +120,28 @@ impl RelayProc {
 
     /// Claim cycles it has rolled back on an outage so far (`outbox_outage_cycles_total`).
     pub fn outage_cycles(&self) -> f64 {
-        self.http().metric(OUTAGE_CYCLES).unwrap_or(0.0)
+        self.http().counter(OUTAGE_CYCLES)
     }
 
     /// Waits until it has rolled back more than `n` claim cycles on an outage.
     pub async fn wait_outage_cycles_over(&self, n: f64, timeout: Duration) {
         self.http()
             .wait_metric(OUTAGE_CYCLES, |got| got > n, timeout)
-            .await
+            .await;
     }
+}
+
+/// The port of the first `admin listening on <addr>` line of a log.
+fn listening_port(log: &str) -> Option<u16> {
+    let rest = &log[log.find(LISTENING)? + LISTENING.len()..];
+    let addr: String = rest
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | ':' | '[' | ']'))
+        .collect();
+    let addr: std::net::SocketAddr = addr
+        .parse()
+        .unwrap_or_else(|e| panic!("`{LISTENING}{addr}`: not an address: {e}"));
+    Some(addr.port())
 }
 
 /// A relay with `admin.token` ([`ADMIN_TOKEN`]) and `admin.read_only_token`
