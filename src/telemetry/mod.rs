@@ -129,6 +129,10 @@ pub fn install_metrics() -> Option<PrometheusHandle> {
         "outbox_outage_cycles_total",
         "Claim cycles rolled back by an outage (no attempt consumed)"
     );
+    metrics::describe_counter!(
+        "outbox_claim_cycles_total",
+        "Claim cycles committed, those that found nothing (or were held) included"
+    );
     // Every metric a dashboard or an absent() alert relies on is in the first scrape.
     gauge!("outbox_producers_quiet").set(0.0);
     gauge!("outbox_events_pending").set(0.0);
@@ -137,6 +141,7 @@ pub fn install_metrics() -> Option<PrometheusHandle> {
     let _ = histogram!("outbox_publish_duration_seconds");
     let _ = histogram!("outbox_event_latency_seconds");
     counter!("outbox_outage_cycles_total").absolute(0);
+    counter!("outbox_claim_cycles_total").absolute(0);
     for name in [
         "outbox_events_failed_total",
         "outbox_events_dead_lettered_total",
@@ -274,6 +279,9 @@ pub struct CycleFigures<'a> {
 
 /// A claim cycle committed.
 pub fn cycle_done(cycle: &CycleFigures<'_>) {
+    // Empty cycles count too: a cycle that had its chance and found nothing (or was held) is
+    // what shows that something was not published because it must not be.
+    counter!("outbox_claim_cycles_total").increment(1);
     if cycle.claimed == 0 {
         return;
     }

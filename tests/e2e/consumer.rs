@@ -482,11 +482,18 @@ async fn a_panicking_handler_fails_its_entry_and_the_consumer_goes_on() {
 async fn a_consumer_outlives_a_redis_restart_that_lost_its_group() {
     let mut server = OwnRedis::start();
     let redis = TestRedis::on(&server.url());
+    // The consumer reaches the server through a proxy, which counts its attempts.
+    let proxy = Proxy::start(server.port).await;
+    let through = TestRedis {
+        url: proxy.url(),
+        prefix: redis.prefix.clone(),
+        cluster: false,
+    };
     let first = xadd_event(&redis, "outage", None, &serde_json::json!({"n": 1})).await;
     let seen: Arc<Mutex<Vec<uuid::Uuid>>> = Arc::default();
     let seen_changed = Arc::new(tokio::sync::Notify::new());
     let stop = Arc::new(tokio::sync::Notify::new());
-    let consumer = Consumer::new(library_config(&redis, "outage", "solo")).expect("config");
+    let consumer = Consumer::new(library_config(&through, "outage", "solo")).expect("config");
     let run = tokio::spawn({
         let (seen, seen_changed, stop) = (seen.clone(), seen_changed.clone(), stop.clone());
         async move {
@@ -508,10 +515,16 @@ async fn a_consumer_outlives_a_redis_restart_that_lost_its_group() {
     tokio::time::timeout(Duration::from_secs(30), seen_changed.notified())
         .await
         .expect("the first entry handled");
-    // Down long enough for several failed reads; back without its data (no persistence):
-    // the stream and the group are gone.
+    // Down for several failed attempts; back without its data (no persistence): the stream
+    // and the group are gone.
     server.stop();
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    let tried = proxy.connections();
+    eventually(
+        Duration::from_secs(30),
+        "the consumer to try Redis again while it is down",
+        || async { proxy.connections() >= tried + 2 },
+    )
+    .await;
     server.restart();
     let second = xadd_event(&redis, "outage", None, &serde_json::json!({"n": 2})).await;
     tokio::time::timeout(Duration::from_secs(30), async {

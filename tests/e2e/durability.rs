@@ -129,7 +129,15 @@ async fn refused_fsync(server: &OwnRedis) {
         .wait_status("/healthz", 200, Duration::from_secs(20))
         .await;
     insert_events(&db, 50, 1, 5).await;
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    // It found out that the server cannot confirm, and a claim cycle has run since the
+    // insert: the events had their chance to go.
+    eventually(
+        Duration::from_secs(20),
+        "the refusal in the log",
+        || async { relay.log().contains("redis.wait_fsync cannot be honoured") },
+    )
+    .await;
+    relay.wait_for_a_claim_cycle(Duration::from_secs(20)).await;
     let ready = relay.http().get("/readyz");
     assert_eq!(ready.status, 503);
     assert!(

@@ -74,6 +74,13 @@ fn balanced(owners: &[Option<String>], live: &[String]) -> Result<(), String> {
     }
 }
 
+/// The partitions `name` owns.
+fn owned_by(owners: &[Option<String>], name: &str) -> Vec<usize> {
+    (0..owners.len())
+        .filter(|p| owners[*p].as_deref() == Some(name))
+        .collect()
+}
+
 async fn wait_balanced(redis: &TestRedis, live: &[String], within: Duration) -> Duration {
     let start = Instant::now();
     wait_until(within, || async { balanced(&owners(redis).await, live) }).await;
@@ -94,15 +101,12 @@ async fn pending(redis: &TestRedis) -> usize {
 }
 
 async fn pending_of(redis: &TestRedis, partitions: u32) -> usize {
-    let mut c = redis.reader().await;
     let mut total = 0;
     for p in 0..partitions {
-        let reply: redis::RedisResult<redis::streams::StreamPendingReply> = c
-            .xpending(redis.stream(&format!("t0:{p}")), EFFECTS_GROUP)
-            .await;
-        if let Ok(redis::streams::StreamPendingReply::Data(data)) = reply {
-            total += data.count;
-        }
+        // The relay declares the group on every partition: a missing one is an error.
+        total += group_pending(redis, &format!("t0:{p}"), EFFECTS_GROUP)
+            .await
+            .0;
     }
     total
 }
@@ -268,10 +272,31 @@ async fn a_fleet_keeps_each_keys_order_through_kills_freezes_and_scaling() {
             // Frozen past its lease (2 s): the others take its partitions; resumed, it may
             // not read, take or commit anything of them.
             1 => {
+                let name = fleet[0].name.clone();
+                let held = eventually(
+                    Duration::from_secs(30),
+                    "the consumer to freeze to own a partition",
+                    || async {
+                        let owned = owned_by(&owners(&redis).await, &name);
+                        (!owned.is_empty()).then_some(owned)
+                    },
+                )
+                .await;
                 signal(&fleet[0], "-STOP");
-                tokio::time::sleep(Duration::from_secs(4)).await;
+                eventually(
+                    Duration::from_secs(30),
+                    "the others to take the frozen consumer's partitions",
+                    || async {
+                        let now = owners(&redis).await;
+                        held.iter()
+                            .all(|p| now[*p].as_ref().is_some_and(|o| *o != name))
+                            .then_some(())
+                            .ok_or(format!("{name} held {held:?}; owners now {now:?}"))
+                    },
+                )
+                .await;
                 signal(&fleet[0], "-CONT");
-                froze = Some(fleet[0].name.clone());
+                froze = Some(name);
             }
             // Scale up.
             2 => {
@@ -655,10 +680,8 @@ async fn a_consumer_starved_past_its_lease_handles_a_keys_older_entries_before_n
     // Ten events of one key, published before the consumer starts.
     produce_rounds(&db.url, 0, 1, 10, 1, 1, Duration::ZERO).await;
     let partition = outbox_core::partition::for_key("k0", PARTITIONS);
-    let stream = redis.stream(&format!("t0:{partition}"));
     wait_until(Duration::from_secs(30), || async {
-        let len: usize = redis.reader().await.xlen(&stream).await.unwrap_or(0);
-        match len {
+        match redis.xlen(&format!("t0:{partition}")).await {
             10 => Ok(()),
             n => Err(format!("{n} entries published")),
         }
@@ -712,7 +735,8 @@ async fn a_consumer_starved_past_its_lease_handles_a_keys_older_entries_before_n
     // Newer events of the key while the consumer finds its lease lapsed and renews it.
     produce_rounds(&db.url, 10, 1, 10, 1, 1, Duration::ZERO).await;
     wait_until(Duration::from_secs(30), || async {
-        match seen.lock().map(|s| s.len()).unwrap_or(0) {
+        let handled = seen.lock().expect("lock").len();
+        match handled {
             20 => Ok(()),
             n => Err(format!(
                 "{n} of 20 handled: {:?}",

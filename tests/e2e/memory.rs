@@ -46,7 +46,7 @@ async fn a_full_redis_holds_publishing_until_it_has_room() {
         "the ratio is exported"
     );
     insert_range(&db, 1001, 1100, 1, 5).await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    relay.wait_for_a_claim_cycle(Duration::from_secs(10)).await;
     assert_eq!(
         db.pending().await,
         100,

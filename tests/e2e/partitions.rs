@@ -45,7 +45,7 @@ async fn group_names(redis: &TestRedis, stream: &str) -> Vec<String> {
     let reply: redis::streams::StreamInfoGroupsReply = c
         .xinfo_groups(redis.stream(stream))
         .await
-        .unwrap_or_default();
+        .expect("xinfo groups");
     reply.groups.into_iter().map(|g| g.name).collect()
 }
 
@@ -164,27 +164,49 @@ async fn repartition_waits_for_the_declared_groups_then_switches_the_streams() {
         );
     let mut repartition = Logged::spawn(cmd, log);
     // The group has read nothing yet: the command waits, the topic paused.
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_eq!(
-        repartition.wait_exit(Duration::ZERO),
-        None,
-        "{}",
-        repartition.log()
-    );
-    assert!(
-        repartition.log().contains("waiting") && repartition.log().contains("billing"),
-        "{}",
-        repartition.log()
-    );
+    eventually(
+        Duration::from_secs(30),
+        "repartition to wait for group billing",
+        || async {
+            let log = repartition.log();
+            log.lines()
+                .any(|l| l.starts_with("waiting") && l.contains("billing"))
+                .then_some(())
+                .ok_or(log)
+        },
+    )
+    .await;
     insert_events(&db, 100, 1, 10).await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // A claim cycle that began after the insert has committed: it could have published them.
+    db.wait_for_a_claim_cycle(Duration::from_secs(30)).await;
     assert_eq!(
         db.pending().await,
         100,
         "paused: nothing published meanwhile"
     );
 
-    assert_eq!(consume_all(&redis, "t0", 2, "billing").await, 200);
+    // One old stream read: the command looks again, says what is left, and keeps waiting.
+    let first = consume_all(&redis, "t0", 1, "billing").await;
+    let (read, rest) = (redis.stream("t0:0"), redis.stream("t0:1"));
+    let only_the_rest =
+        |l: &str| l.starts_with("waiting") && l.contains(&rest) && !l.contains(&read);
+    eventually(
+        Duration::from_secs(30),
+        "repartition to wait for the second stream only",
+        || async {
+            let log = repartition.log();
+            log.lines().any(only_the_rest).then_some(()).ok_or(log)
+        },
+    )
+    .await;
+    assert_eq!(
+        repartition.wait_exit(Duration::ZERO),
+        None,
+        "{}",
+        repartition.log()
+    );
+    let second = crate::groups::read(&redis, "t0:1", "billing", 100_000, 100_000).await;
+    assert_eq!(first + second, 200);
     let code = repartition.wait_exit(Duration::from_secs(30));
     assert_eq!(code, Some(0), "{}", repartition.log());
     let said = repartition.log();
@@ -271,10 +293,9 @@ async fn the_consumer_library_reads_every_partition_in_key_order_with_one_dead_s
         }
     }
     // The poison event is dead-lettered to the topic's one dead stream, whatever its partition.
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while redis.xlen("t0:dead").await < 1 {
-        assert!(std::time::Instant::now() < deadline, "no dead letter");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    eventually(Duration::from_secs(20), "a dead letter", || async {
+        redis.xlen("t0:dead").await >= 1
+    })
+    .await;
     assert_eq!(redis.xlen("t0:dead").await, 1);
 }

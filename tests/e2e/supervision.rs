@@ -84,7 +84,14 @@ async fn a_stalled_claim_loop_fails_healthz_while_events_are_pending() {
         .http()
         .wait_status("/healthz", 200, Duration::from_secs(20))
         .await;
-    tokio::time::sleep(Duration::from_secs(5)).await; // past relay.stall_after, nothing pending
+    eventually(
+        Duration::from_secs(20),
+        "the first cycle to stall",
+        || async { relay.log().contains("injected fault: stalling") },
+    )
+    .await;
+    // A stall is a span of time: the loop has now been silent for longer than stall_after.
+    tokio::time::sleep(Duration::from_secs(5)).await;
     assert_eq!(
         relay.http().status("/healthz"),
         200,

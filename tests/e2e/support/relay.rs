@@ -12,6 +12,7 @@ use super::{form, Http, TestDb, TestRedis};
 pub const BIN: &str = env!("CARGO_BIN_EXE_outbox-relay");
 
 const OUTAGE_CYCLES: &str = "outbox_outage_cycles_total";
+const CLAIM_CYCLES: &str = "outbox_claim_cycles_total";
 
 /// `admin.token` of a [`TokenRelay`]: full rights.
 pub const ADMIN_TOKEN: &str = "s3cret-admin";
@@ -121,6 +122,17 @@ impl RelayProc {
     /// Claim cycles it has rolled back on an outage so far (`outbox_outage_cycles_total`).
     pub fn outage_cycles(&self) -> f64 {
         self.http().counter(OUTAGE_CYCLES)
+    }
+
+    /// Returns once a claim cycle that began after this call has committed (two more have: the
+    /// first may have begun before), whether it published or was held. A test waits on this
+    /// before asserting that something was *not* published while publishing cannot be
+    /// proven by a sentinel event ([`TestDb::wait_for_a_claim_cycle`]), e.g. while it is held.
+    pub async fn wait_for_a_claim_cycle(&self, timeout: Duration) {
+        let before = self.http().counter(CLAIM_CYCLES);
+        self.http()
+            .wait_metric(CLAIM_CYCLES, |got| got >= before + 2.0, timeout)
+            .await;
     }
 
     /// Waits until it has rolled back more than `n` claim cycles on an outage.
