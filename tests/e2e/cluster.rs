@@ -86,11 +86,14 @@ async fn insert_range(db: &TestDb, from: i64, to: i64, keys: usize) {
 /// Waits until at least `n` events (`and`: more conditions) are published.
 async fn wait_published_at_least(db: &TestDb, and: &str, n: i64) {
     let sql = format!("SELECT count(*) FROM outbox WHERE published_at IS NOT NULL {and}");
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while db.scalar(&sql).await < n {
-        assert!(std::time::Instant::now() < deadline, "{sql}: not {n} yet");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    // Polled often: the test acts while the rest is still in flight.
+    eventually_every(
+        Duration::from_secs(60),
+        Duration::from_millis(10),
+        &format!("{sql} to reach {n}"),
+        || async { db.scalar(&sql).await >= n },
+    )
+    .await;
 }
 
 const NO_ATTEMPTS: &str = "SELECT count(*) FROM outbox WHERE attempts > 0 OR dead_at IS NOT NULL";
@@ -211,15 +214,11 @@ async fn rediss_seeds_deliver_with_the_ca_file_and_an_unknown_ca_is_never_talked
 
     let other = TestCa::new("not-the-cluster-ca");
     let refused = RelayProc::spawn("tls-unknown-ca", &with_ca(&other));
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while !refused.log().contains("UnknownIssuer") {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no certificate error in {}",
-            refused.log()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    eventually(Duration::from_secs(20), "a certificate error", || async {
+        let log = refused.log();
+        log.contains("UnknownIssuer").then_some(()).ok_or(log)
+    })
+    .await;
     assert_eq!(db.pending().await, 600, "nothing sent to an untrusted node");
     drop(refused);
 

@@ -171,14 +171,16 @@ async fn a_set_two_windows_old_is_unlinked_by_the_next_publish_and_freed_in_the_
         still,
         "the previous window's set is still read, so it stays"
     );
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while lazyfreed(&mut conn).await == freed_before {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the retired set was not freed on Redis's background thread"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually_every(
+        Duration::from_secs(5),
+        Duration::from_millis(20),
+        "the retired set to be freed on Redis's background thread",
+        || {
+            let mut conn = conn.clone();
+            async move { lazyfreed(&mut conn).await != freed_before }
+        },
+    )
+    .await;
 }
 
 /// The dedup sets of `redis`'s streams that exist now.
@@ -209,17 +211,17 @@ async fn a_relay_unlinks_a_quiet_topics_old_sets_long_before_their_ttl() {
         assert!(ttl > 20, "{set} expires in {ttl} s, only as a backstop");
     }
     // No more traffic: no publish will unlink them; the dispatchers' sweeps must.
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        let left = dedup_sets(&redis).await;
-        if left.is_empty() {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "still there 20 s later, left to their TTL: {left:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    eventually_every(
+        Duration::from_secs(20),
+        Duration::from_millis(250),
+        "the sweeps to unlink the sets before their TTL",
+        || async {
+            let left = dedup_sets(&redis).await;
+            left.is_empty()
+                .then_some(())
+                .ok_or(format!("left {left:?}"))
+        },
+    )
+    .await;
     drop(relay);
 }

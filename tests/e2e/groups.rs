@@ -2,7 +2,7 @@
 //! into `/metrics`, and `redis.trim_acked` trimming only what every declared group
 //! acknowledged.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use redis::streams::{StreamReadOptions, StreamReadReply};
 use redis::AsyncCommands;
@@ -56,18 +56,14 @@ pub(crate) async fn read(
 
 /// Waits until the stream of `topic` is `len` entries long.
 async fn wait_xlen(redis: &TestRedis, topic: &str, len: usize, timeout: Duration) {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let got = redis.xlen(topic).await;
-        if got == len {
-            return;
+    let what = format!("stream {topic} to be {len} entries long");
+    eventually(timeout, &what, || async {
+        match redis.xlen(topic).await {
+            got if got == len => Ok(()),
+            got => Err(format!("{got} entries")),
         }
-        assert!(
-            Instant::now() < deadline,
-            "stream {topic} has {got} entries, the test waited for {len}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread")]

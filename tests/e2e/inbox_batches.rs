@@ -3,7 +3,7 @@
 //! that appears twice in the stream is applied once, and a batch whose effect fails is
 //! retried whole, then dead-lettered.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use diesel::sql_types::{Array, Integer, Uuid as SqlUuid};
 use diesel_async::pooled_connection::AsyncDieselConnectionManager;
@@ -81,21 +81,19 @@ async fn consume(db: &TestDb, redis: &TestRedis) {
             )
             .await
     });
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
+    eventually(Duration::from_secs(30), "the group to settle", || async {
         let mut c = redis.conn().await;
-        let groups: redis::streams::StreamInfoGroupsReply =
-            c.xinfo_groups(redis.stream("t0")).await.unwrap_or_default();
+        let groups: redis::streams::StreamInfoGroupsReply = c
+            .xinfo_groups(redis.stream("t0"))
+            .await
+            .map_err(|e| format!("xinfo groups: {e}"))?;
         let settled = groups
             .groups
             .iter()
             .any(|g| g.name == GROUP && g.pending == 0 && g.lag == Some(0));
-        if settled {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the group never settled");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        settled.then_some(()).ok_or(format!("{:?}", groups.groups))
+    })
+    .await;
     let _ = stop.send(());
     run.await.expect("consumer task");
 }

@@ -199,27 +199,25 @@ async fn refused(relay: &RelayProc, server: &str, reason: &str) {
     let http = relay.http();
     http.wait_status("/healthz", 200, Duration::from_secs(20))
         .await;
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        let ready = http.get("/readyz");
-        let checked = ready.json["fresh"] == true && ready.json[server] == false;
-        let log = relay.log();
-        if checked && log.contains(reason) {
-            assert_eq!(ready.status, 503);
-            if server == "postgres" {
-                // The pool retries without end; the reason is said once a minute.
-                let lines = log.lines().filter(|l| l.contains(reason)).count();
-                assert_eq!(lines, 1, "one log line says why:\n{log}");
+    let (ready, log) = eventually(
+        Duration::from_secs(20),
+        &format!("{server} to be refused for {reason}"),
+        || async {
+            let ready = http.get("/readyz");
+            let checked = ready.json["fresh"] == true && ready.json[server] == false;
+            let log = relay.log();
+            match checked && log.contains(reason) {
+                true => Ok((ready, log)),
+                false => Err(format!("{} / log:\n{log}", ready.body)),
             }
-            return;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{server} was not refused for {reason}: {} / log:\n{}",
-            ready.body,
-            relay.log()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        },
+    )
+    .await;
+    assert_eq!(ready.status, 503);
+    if server == "postgres" {
+        // The pool retries without end; the reason is said once a minute.
+        let lines = log.lines().filter(|l| l.contains(reason)).count();
+        assert_eq!(lines, 1, "one log line says why:\n{log}");
     }
 }
 

@@ -147,13 +147,6 @@ async fn a_generated_client_lists_events_and_retries_a_dead_one() {
     // The retry really happened: the event is published, and audited as the admin token's.
     let published =
         format!("SELECT count(*) FROM outbox WHERE id = '{dead}' AND published_at IS NOT NULL");
-    let deadline = std::time::Instant::now() + super::WAIT;
-    while api.db.scalar(&published).await != 1 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the retried event was never published"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+    api.db.wait_for(&published, 1, super::WAIT).await;
     assert!(super::audit_actions(&api).contains(&"retry".to_string()));
 }
