@@ -201,7 +201,16 @@ async fn a_relay_unlinks_a_quiet_topics_old_sets_long_before_their_ttl() {
     env.push(("OUTBOX__RELAY__LEASE".into(), "1s".into()));
     env.push(("OUTBOX__REDIS__TIMEOUT".into(), "500ms".into()));
     let relay = RelayProc::spawn("sweep", &env);
-    insert_events(&db, 200, 2, 10).await;
+    insert_events(
+        &db,
+        Events {
+            n: 1..=200,
+            topics: 2,
+            keys: 10,
+            ..Events::varied()
+        },
+    )
+    .await;
     db.wait_until_published(Duration::from_secs(30)).await;
     let sets = dedup_sets(&redis).await;
     assert!(!sets.is_empty(), "the published ids are remembered");

@@ -34,12 +34,30 @@ async fn a_failover_to_a_lagging_replica_loses_nothing_when_the_relay_waits_for_
     let redis = TestRedis::on(&proxy.url());
     let relay = RelayProc::spawn("wait", &waiting(&db, &redis, "1", false));
     relay.wait_ready(Duration::from_secs(20)).await;
-    insert_events(&db, 200, 2, 10).await;
+    insert_events(
+        &db,
+        Events {
+            n: 1..=200,
+            topics: 2,
+            keys: 10,
+            ..Events::varied()
+        },
+    )
+    .await;
     db.wait_until_published(Duration::from_secs(30)).await;
 
     // The replica falls behind: its link is cut, the master takes the writes alone.
     link.hold();
-    insert_range(&db, 1001, 1300, 2, 10).await;
+    insert_events(
+        &db,
+        Events {
+            n: 1001..=1300,
+            topics: 2,
+            keys: 10,
+            ..Events::default()
+        },
+    )
+    .await;
     relay
         .http()
         .wait_metric(
@@ -91,7 +109,16 @@ async fn a_replica_that_does_not_acknowledge_holds_events_back_until_it_does() {
     let redis = TestRedis::on(&master.url());
     let relay = RelayProc::spawn("noreplica", &waiting(&db, &redis, "1", false));
     relay.wait_ready(Duration::from_secs(20)).await;
-    insert_events(&db, 100, 1, 5).await;
+    insert_events(
+        &db,
+        Events {
+            n: 1..=100,
+            topics: 1,
+            keys: 5,
+            ..Events::varied()
+        },
+    )
+    .await;
     relay
         .http()
         .wait_metric(
@@ -128,7 +155,16 @@ async fn refused_fsync(server: &OwnRedis) {
         .http()
         .wait_status("/healthz", 200, Duration::from_secs(20))
         .await;
-    insert_events(&db, 50, 1, 5).await;
+    insert_events(
+        &db,
+        Events {
+            n: 1..=50,
+            topics: 1,
+            keys: 5,
+            ..Events::varied()
+        },
+    )
+    .await;
     // It found out that the server cannot confirm, and a claim cycle has run since the
     // insert: the events had their chance to go.
     eventually(
@@ -171,7 +207,16 @@ async fn wait_fsync_is_refused_without_an_append_only_file_and_honoured_with_one
     let redis = TestRedis::on(&server.url());
     let relay = RelayProc::spawn("fsync", &waiting(&db, &redis, "0", true));
     relay.wait_ready(Duration::from_secs(20)).await;
-    insert_events(&db, 100, 1, 5).await;
+    insert_events(
+        &db,
+        Events {
+            n: 1..=100,
+            topics: 1,
+            keys: 5,
+            ..Events::varied()
+        },
+    )
+    .await;
     db.wait_until_published(Duration::from_secs(30)).await;
     assert_eq!(assert_exactly_once(&redis, 1).await, 100);
 }

@@ -72,7 +72,16 @@ async fn declared_groups_exist_before_the_first_publish_and_show_in_metrics() {
     let redis = TestRedis::shared();
     // Events wait in the outbox before the relay starts: a group that starts at `$` sees them
     // only if it exists before the relay publishes them.
-    insert_events(&db, 200, 1, 10).await;
+    insert_events(
+        &db,
+        Events {
+            n: 1..=200,
+            topics: 1,
+            keys: 10,
+            ..Events::varied()
+        },
+    )
+    .await;
     let mut env = base_env(&db, &redis);
     env.push((
         "OUTBOX__GROUPS".into(),
@@ -124,7 +133,16 @@ async fn trim_acked_never_drops_an_entry_a_declared_group_has_not_acknowledged()
     env.push(("OUTBOX__REDIS__TRIM_ACKED".into(), "true".into()));
     env.push(("OUTBOX__RETENTION__INTERVAL".into(), "300ms".into()));
     let relay = RelayProc::spawn("trim", &env);
-    insert_events(&db, 100, 1, 10).await;
+    insert_events(
+        &db,
+        Events {
+            n: 1..=100,
+            topics: 1,
+            keys: 10,
+            ..Events::varied()
+        },
+    )
+    .await;
     db.wait_until_published(Duration::from_secs(30)).await;
     let first_ids: Vec<String> = redis
         .entries("t0")

@@ -33,10 +33,28 @@ async fn a_restart_from_an_older_snapshot_is_noticed_and_repaired() {
     let redis = TestRedis::on(&server.url());
     let relay = RelayProc::spawn("snapshot", &base_env(&db, &redis));
     relay.wait_ready(Duration::from_secs(20)).await;
-    insert_range(&db, 1, 200, 2, 10).await;
+    insert_events(
+        &db,
+        Events {
+            n: 1..=200,
+            topics: 2,
+            keys: 10,
+            ..Events::default()
+        },
+    )
+    .await;
     db.wait_until_published(Duration::from_secs(30)).await;
     let _: () = server.query(&redis::cmd("SAVE"));
-    insert_range(&db, 1001, 1300, 2, 10).await;
+    insert_events(
+        &db,
+        Events {
+            n: 1001..=1300,
+            topics: 2,
+            keys: 10,
+            ..Events::default()
+        },
+    )
+    .await;
     db.wait_until_published(Duration::from_secs(30)).await;
 
     // Redis dies and comes back from the snapshot: the 300 later entries are gone, and
@@ -46,7 +64,16 @@ async fn a_restart_from_an_older_snapshot_is_noticed_and_repaired() {
     server.restart();
     assert_eq!(redis.xlen("t0").await + redis.xlen("t1").await, 200);
 
-    insert_range(&db, 2001, 2100, 2, 10).await;
+    insert_events(
+        &db,
+        Events {
+            n: 2001..=2100,
+            topics: 2,
+            keys: 10,
+            ..Events::default()
+        },
+    )
+    .await;
     db.wait_until_published(Duration::from_secs(30)).await;
     assert_eq!(
         assert_exactly_once(&redis, 2).await,
@@ -92,13 +119,31 @@ async fn a_failover_to_a_lagging_replica_without_waiting_is_repaired() {
     let redis = TestRedis::on(&proxy.url());
     let relay = RelayProc::spawn("nowait", &base_env(&db, &redis));
     relay.wait_ready(Duration::from_secs(20)).await;
-    insert_range(&db, 1, 200, 2, 10).await;
+    insert_events(
+        &db,
+        Events {
+            n: 1..=200,
+            topics: 2,
+            keys: 10,
+            ..Events::default()
+        },
+    )
+    .await;
     db.wait_until_published(Duration::from_secs(30)).await;
 
     // The replica lags (its link cut); the relay does not wait for it, so it marks the 300
     // published.
     link.hold();
-    insert_range(&db, 1001, 1300, 2, 10).await;
+    insert_events(
+        &db,
+        Events {
+            n: 1001..=1300,
+            topics: 2,
+            keys: 10,
+            ..Events::default()
+        },
+    )
+    .await;
     db.wait_until_published(Duration::from_secs(30)).await;
 
     master.signal("-KILL");
@@ -106,7 +151,16 @@ async fn a_failover_to_a_lagging_replica_without_waiting_is_repaired() {
     let _: () = replica.query(redis::cmd("REPLICAOF").arg("NO").arg("ONE"));
     proxy.switch(replica.port);
 
-    insert_range(&db, 2001, 2100, 2, 10).await;
+    insert_events(
+        &db,
+        Events {
+            n: 2001..=2100,
+            topics: 2,
+            keys: 10,
+            ..Events::default()
+        },
+    )
+    .await;
     db.wait_until_published(Duration::from_secs(60)).await;
     let direct = TestRedis {
         url: replica.url(),
@@ -133,12 +187,30 @@ async fn what_retention_already_deleted_is_reported_not_repaired() {
     env.push(("OUTBOX__RETENTION__PUBLISHED_FOR".into(), "0s".into()));
     let relay = RelayProc::spawn("deleted", &env);
     relay.wait_ready(Duration::from_secs(20)).await;
-    insert_range(&db, 1, 100, 1, 10).await;
+    insert_events(
+        &db,
+        Events {
+            n: 1..=100,
+            topics: 1,
+            keys: 10,
+            ..Events::default()
+        },
+    )
+    .await;
     db.wait_for("SELECT count(*) FROM outbox", 0, Duration::from_secs(30))
         .await;
     server.stop();
     server.restart();
-    insert_range(&db, 1001, 1010, 1, 10).await;
+    insert_events(
+        &db,
+        Events {
+            n: 1001..=1010,
+            topics: 1,
+            keys: 10,
+            ..Events::default()
+        },
+    )
+    .await;
     db.wait_for("SELECT count(*) FROM outbox", 0, Duration::from_secs(30))
         .await;
     assert_eq!(redis.xlen("t0").await, 10, "only what came after");

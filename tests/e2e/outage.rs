@@ -13,7 +13,16 @@ async fn redis_outage_burns_no_attempts_and_recovers() {
     let redis = TestRedis::on(&server.url());
     let relay = RelayProc::spawn("outage", &base_env(&db, &redis));
     relay.wait_ready(Duration::from_secs(20)).await;
-    insert_events(&db, 200, 2, 10).await;
+    insert_events(
+        &db,
+        Events {
+            n: 1..=200,
+            topics: 2,
+            keys: 10,
+            ..Events::varied()
+        },
+    )
+    .await;
     db.wait_until_published(Duration::from_secs(30)).await;
 
     server.stop();
@@ -27,7 +36,16 @@ async fn redis_outage_burns_no_attempts_and_recovers() {
         "alive while not ready"
     );
     let failed = relay.outage_cycles();
-    insert_range(&db, 1001, 1300, 2, 10).await;
+    insert_events(
+        &db,
+        Events {
+            n: 1001..=1300,
+            topics: 2,
+            keys: 10,
+            ..Events::default()
+        },
+    )
+    .await;
     // Only a cycle that claimed the new events can fail (an empty claim never reaches Redis):
     // two of them, the second after the claim loop's backoff, have rolled back.
     relay
@@ -98,7 +116,16 @@ async fn starts_while_redis_is_down_and_catches_up() {
     let mut server = OwnRedis::start();
     let redis = TestRedis::on(&server.url());
     server.stop();
-    insert_events(&db, 100, 1, 5).await;
+    insert_events(
+        &db,
+        Events {
+            n: 1..=100,
+            topics: 1,
+            keys: 5,
+            ..Events::varied()
+        },
+    )
+    .await;
     let relay = RelayProc::spawn("late", &base_env(&db, &redis));
     relay
         .http()

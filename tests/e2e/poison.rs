@@ -36,7 +36,16 @@ async fn wrongtype_case(overlap: bool) {
            ('bad', '{\"n\":1}', 'kb'), ('bad', '{\"n\":2}', 'kb'), ('bad', '{\"n\":3}', NULL)",
     )
     .await;
-    insert_events(&db, 2_000, 2, 10).await;
+    insert_events(
+        &db,
+        Events {
+            n: 1..=2_000,
+            topics: 2,
+            keys: 10,
+            ..Events::varied()
+        },
+    )
+    .await;
     let relay = RelayProc::spawn("poison", &env);
     db.wait_for(
         "SELECT count(*) FROM outbox WHERE topic <> 'bad' AND published_at IS NULL",

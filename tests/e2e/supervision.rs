@@ -34,7 +34,16 @@ async fn a_panic_in_a_claim_cycle_restarts_the_claimer_and_relaying_goes_on() {
             Duration::from_secs(20),
         )
         .await;
-    insert_events(&db, 500, 2, 7).await;
+    insert_events(
+        &db,
+        Events {
+            n: 1..=500,
+            topics: 2,
+            keys: 7,
+            ..Events::varied()
+        },
+    )
+    .await;
     db.wait_until_published(Duration::from_secs(20)).await;
     assert_eq!(assert_exactly_once(&redis, 2).await, 500);
     assert_eq!(
@@ -50,7 +59,16 @@ async fn a_panic_in_a_claim_cycle_restarts_the_claimer_and_relaying_goes_on() {
 async fn an_actor_killed_by_a_panic_ends_the_process_with_status_70() {
     let db = TestDb::new().await;
     let redis = TestRedis::shared();
-    insert_events(&db, 50, 1, 3).await;
+    insert_events(
+        &db,
+        Events {
+            n: 1..=50,
+            topics: 1,
+            keys: 3,
+            ..Events::varied()
+        },
+    )
+    .await;
     let mut relay = RelayProc::spawn("actor-lost", &with_fault(&db, &redis, "claimer-panic@3"));
     let code = relay.wait_exit(Duration::from_secs(30));
     assert_eq!(
@@ -97,7 +115,16 @@ async fn a_stalled_claim_loop_fails_healthz_while_events_are_pending() {
         200,
         "an idle relay is not stalled"
     );
-    insert_events(&db, 10, 1, 3).await;
+    insert_events(
+        &db,
+        Events {
+            n: 1..=10,
+            topics: 1,
+            keys: 3,
+            ..Events::varied()
+        },
+    )
+    .await;
     relay
         .http()
         .wait_status("/healthz", 503, Duration::from_secs(30))

@@ -10,7 +10,16 @@ async fn a_fleet_divides_the_partitions_and_rebalances_after_joins_and_leaves() 
     let redis = TestRedis::shared();
     let relay = RelayProc::spawn("fleet-balance", &relay_env(&db, &redis));
     // Partitions exist once the relay has published the topic.
-    produce_rounds(&db.url, 0, 1, 40, 1, 40, Duration::ZERO).await;
+    produce_rounds(
+        &db.url,
+        Rounds {
+            rounds: 1,
+            per_round: 40,
+            keys: 40,
+            ..Rounds::default()
+        },
+    )
+    .await;
     let mut fleet: Vec<ExampleConsumer> = (0..3)
         .map(|i| spawn(&db, &redis, &format!("c{i}")))
         .collect();

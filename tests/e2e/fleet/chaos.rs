@@ -19,12 +19,13 @@ async fn a_fleet_keeps_each_keys_order_through_kills_freezes_and_scaling() {
         async move {
             produce_rounds(
                 &url,
-                0,
-                rounds,
-                per_round,
-                1,
-                keys,
-                Duration::from_millis(150),
+                Rounds {
+                    rounds,
+                    per_round,
+                    keys,
+                    pause: Duration::from_millis(150),
+                    ..Rounds::default()
+                },
             )
             .await
         }

@@ -48,7 +48,17 @@ pub(super) async fn fleets_of_every_handler_kind_divide_and_hand_over(
     let _relay = RelayProc::spawn("fleet-kinds", &relay_env(db, redis));
     let total = 1200usize;
     // One event per key first: the relay records the partition count as it publishes.
-    produce_rounds(&db.url, 0, 1, 30, 1, 30, Duration::from_millis(10)).await;
+    produce_rounds(
+        &db.url,
+        Rounds {
+            rounds: 1,
+            per_round: 30,
+            keys: 30,
+            pause: Duration::from_millis(10),
+            ..Rounds::default()
+        },
+    )
+    .await;
     let config = |group: &str, name: &str| {
         ConsumerConfig::new(&redis.url, "t0", group)
             .cluster(redis.cluster)
@@ -141,7 +151,18 @@ pub(super) async fn fleets_of_every_handler_kind_divide_and_hand_over(
             })
             .await;
         }
-        produce_rounds(&db.url, 30, 39, 30, 1, 30, Duration::from_millis(10)).await;
+        produce_rounds(
+            &db.url,
+            Rounds {
+                first_n: 30,
+                rounds: 39,
+                per_round: 30,
+                keys: 30,
+                pause: Duration::from_millis(10),
+                ..Rounds::default()
+            },
+        )
+        .await;
         wait_until(Duration::from_secs(60), handled(total / 3)).await;
         stop_early.notify_waiters();
         wait_until(Duration::from_secs(60), handled(total)).await;
@@ -218,7 +239,16 @@ async fn a_consumer_starved_past_its_lease_handles_a_keys_older_entries_before_n
     let redis = TestRedis::shared();
     let _relay = RelayProc::spawn("fleet-starved", &relay_env(&db, &redis));
     // Ten events of one key, published before the consumer starts.
-    produce_rounds(&db.url, 0, 1, 10, 1, 1, Duration::ZERO).await;
+    produce_rounds(
+        &db.url,
+        Rounds {
+            rounds: 1,
+            per_round: 10,
+            keys: 1,
+            ..Rounds::default()
+        },
+    )
+    .await;
     let partition = outbox_core::partition::for_key("k0", PARTITIONS);
     wait_until(Duration::from_secs(30), || async {
         match redis.xlen(&format!("t0:{partition}")).await {
@@ -273,7 +303,17 @@ async fn a_consumer_starved_past_its_lease_handles_a_keys_older_entries_before_n
         .expect("the consumer handled its first entry")
         .expect("unblocked");
     // Newer events of the key while the consumer finds its lease lapsed and renews it.
-    produce_rounds(&db.url, 10, 1, 10, 1, 1, Duration::ZERO).await;
+    produce_rounds(
+        &db.url,
+        Rounds {
+            first_n: 10,
+            rounds: 1,
+            per_round: 10,
+            keys: 1,
+            ..Rounds::default()
+        },
+    )
+    .await;
     wait_until(Duration::from_secs(30), || async {
         let handled = seen.lock().expect("lock").len();
         match handled {

@@ -12,7 +12,17 @@ async fn a_fleet_follows_a_repartition_that_waits_for_its_unacknowledged_entries
     let redis = TestRedis::shared();
     db.exec(ORDER_CHECK).await;
     let _relay = RelayProc::spawn("fleet-reparts", &relay_env_with(&db, &redis, 2));
-    produce_rounds(&db.url, 0, 4, 100, 1, 20, Duration::from_millis(10)).await;
+    produce_rounds(
+        &db.url,
+        Rounds {
+            rounds: 4,
+            per_round: 100,
+            keys: 20,
+            pause: Duration::from_millis(10),
+            ..Rounds::default()
+        },
+    )
+    .await;
     let slow: Vec<&str> = FLEET_ARGS
         .iter()
         .copied()
@@ -51,7 +61,18 @@ async fn a_fleet_follows_a_repartition_that_waits_for_its_unacknowledged_entries
         }
     })
     .await;
-    produce_rounds(&db.url, 400, 2, 100, 1, 20, Duration::from_millis(10)).await;
+    produce_rounds(
+        &db.url,
+        Rounds {
+            first_n: 400,
+            rounds: 2,
+            per_round: 100,
+            keys: 20,
+            pause: Duration::from_millis(10),
+            ..Rounds::default()
+        },
+    )
+    .await;
     let code = repartition.wait_exit(Duration::from_secs(60));
     assert_eq!(code, Some(0), "{}", repartition.log());
 

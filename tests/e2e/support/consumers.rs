@@ -11,7 +11,7 @@ use redis::AsyncCommands;
 use uuid::Uuid;
 
 use super::process::Logged;
-use super::{eventually, produce_rounds, TestDb, TestRedis, BIN};
+use super::{eventually, produce_rounds, Rounds, TestDb, TestRedis, BIN};
 
 /// The group the consumer tests' example consumers join.
 pub const EFFECTS_GROUP: &str = "effects";
@@ -144,7 +144,19 @@ pub async fn sigkill_while_producing(db: &TestDb, redis: &TestRedis, chaos: Chao
     let producer = tokio::spawn({
         let url = db.url.clone();
         let (rounds, keys) = (chaos.rounds, chaos.keys);
-        async move { produce_rounds(&url, 0, rounds, 50, 1, keys, Duration::from_millis(50)).await }
+        async move {
+            produce_rounds(
+                &url,
+                Rounds {
+                    rounds,
+                    per_round: 50,
+                    keys,
+                    pause: Duration::from_millis(50),
+                    ..Rounds::default()
+                },
+            )
+            .await
+        }
     });
     let mut kills = 0;
     let mut rng = rand::rng();

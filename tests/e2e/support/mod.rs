@@ -31,8 +31,8 @@ pub use self::consumers::{
 };
 pub use self::db::{pg_addr, pg_url, OwnPostgres, TestDb};
 pub use self::events::{
-    assert_exactly_once, assert_per_key_order, insert_events, insert_range, payload_order,
-    produce_rounds,
+    assert_exactly_once, assert_per_key_order, insert_events, payload_order, produce_rounds,
+    Events, Rounds,
 };
 pub use self::http::{form, Http, Resp};
 pub use self::otlp::{OtlpReceiver, ReceivedSpan};
