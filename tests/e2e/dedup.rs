@@ -193,14 +193,16 @@ async fn dedup_sets(redis: &TestRedis) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_relay_unlinks_a_quiet_topics_old_sets_long_before_their_ttl() {
-    let db = TestDb::new().await;
-    let redis = TestRedis::shared();
-    let mut env = base_env(&db, &redis);
-    // Buckets of 2 s: the TTL backstop is 2 x 2 s + 60 s, a sweep runs every second.
-    env.push(("OUTBOX__REDIS__DEDUP_WINDOW".into(), "2s".into()));
-    env.push(("OUTBOX__RELAY__LEASE".into(), "1s".into()));
-    env.push(("OUTBOX__REDIS__TIMEOUT".into(), "500ms".into()));
-    let relay = RelayProc::spawn("sweep", &env);
+    let Bundle { db, redis, relay } = setup(
+        "sweep",
+        &[
+            // Buckets of 2 s: the TTL backstop is 2 x 2 s + 60 s, a sweep runs every second.
+            ("OUTBOX__REDIS__DEDUP_WINDOW", "2s"),
+            ("OUTBOX__RELAY__LEASE", "1s"),
+            ("OUTBOX__REDIS__TIMEOUT", "500ms"),
+        ],
+    )
+    .await;
     insert_events(
         &db,
         Events {

@@ -100,9 +100,11 @@ pub(crate) async fn arrive_exactly_once_with_intact_fields(
 
 #[tokio::test(flavor = "multi_thread")]
 async fn rolled_back_events_never_appear() {
-    let db = TestDb::new().await;
-    let redis = TestRedis::shared();
-    let _relay = RelayProc::spawn("r1", &base_env(&db, &redis));
+    let Bundle {
+        db,
+        redis,
+        relay: _relay,
+    } = setup("r1", &[]).await;
     let mut conn = db.conn().await;
     let result = conn
         .transaction::<(), ProducerError, _>(async |tx| {
@@ -265,10 +267,11 @@ async fn maxlen_trims_streams_per_topic_or_globally() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_oldest_pending_age_counts_only_events_that_should_be_going_out() {
-    let db = TestDb::new().await;
-    let redis = TestRedis::shared();
-    let relay = RelayProc::spawn("age", &base_env(&db, &redis));
-    relay.wait_ready(Duration::from_secs(30)).await;
+    let Bundle {
+        db,
+        redis: _redis,
+        relay,
+    } = setup("age", &[]).await;
     db.exec(
         "INSERT INTO outbox_topics (topic, paused) VALUES ('held', true);
          -- An hour-old backlog of a paused topic, and events scheduled an hour ahead.

@@ -126,13 +126,15 @@ async fn declared_groups_exist_before_the_first_publish_and_show_in_metrics() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn trim_acked_never_drops_an_entry_a_declared_group_has_not_acknowledged() {
-    let db = TestDb::new().await;
-    let redis = TestRedis::shared();
-    let mut env = base_env(&db, &redis);
-    env.push(("OUTBOX__GROUPS".into(), "t0:fast,t0:slow".into()));
-    env.push(("OUTBOX__REDIS__TRIM_ACKED".into(), "true".into()));
-    env.push(("OUTBOX__RETENTION__INTERVAL".into(), "300ms".into()));
-    let relay = RelayProc::spawn("trim", &env);
+    let Bundle { db, redis, relay } = setup(
+        "trim",
+        &[
+            ("OUTBOX__GROUPS", "t0:fast,t0:slow"),
+            ("OUTBOX__REDIS__TRIM_ACKED", "true"),
+            ("OUTBOX__RETENTION__INTERVAL", "300ms"),
+        ],
+    )
+    .await;
     insert_events(
         &db,
         Events {

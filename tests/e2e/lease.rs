@@ -141,11 +141,8 @@ async fn freeze_while(db: &TestDb, pid: &str, held: &str) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn poll_only_delivers_without_listen() {
-    let db = TestDb::new().await;
-    let redis = TestRedis::shared();
-    let mut env = base_env(&db, &redis);
-    env.push(("OUTBOX__RELAY__POLL_ONLY".into(), "true".into()));
-    let relay = RelayProc::spawn("poller", &env);
+    let Bundle { db, redis, relay } =
+        setup("poller", &[("OUTBOX__RELAY__POLL_ONLY", "true")]).await;
     relay.wait_ready(Duration::from_secs(20)).await;
     insert_events(
         &db,

@@ -122,14 +122,19 @@ async fn a_draining_relay_quiets_producers_then_notify_wakes_it_again() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn while_quiet_the_relay_polls_on_its_own() {
-    let db = TestDb::new().await;
-    let redis = TestRedis::shared();
-    let mut env = base_env(&db, &redis);
-    env.push(("OUTBOX__RELAY__POLL_INTERVAL".into(), "60s".into()));
-    // Any trickle counts as busy: the first event's NOTIFY starts it, then it is quiet.
-    env.push(("OUTBOX__RELAY__QUIET_ABOVE".into(), "1".into()));
-    let relay = RelayProc::spawn("quiet-poll", &env);
-    relay.wait_ready(Duration::from_secs(20)).await;
+    let Bundle {
+        db,
+        redis,
+        relay: _relay,
+    } = setup(
+        "quiet-poll",
+        &[
+            ("OUTBOX__RELAY__POLL_INTERVAL", "60s"),
+            // Any trickle counts as busy: the first event's NOTIFY starts it, then it is quiet.
+            ("OUTBOX__RELAY__QUIET_ABOVE", "1"),
+        ],
+    )
+    .await;
     let mut saw_quiet = false;
     for n in 0..30 {
         db.exec(&format!(

@@ -5,9 +5,11 @@ use super::*;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn entries_of_a_consumer_killed_mid_handling_are_claimed_after_claim_idle() {
-    let db = TestDb::new().await;
-    let redis = TestRedis::shared();
-    let _relay = RelayProc::spawn("consumer-relay", &base_env(&db, &redis));
+    let Bundle {
+        db,
+        redis,
+        relay: _relay,
+    } = setup("consumer-relay", &[]).await;
     db.exec(
         "INSERT INTO outbox (topic, payload, partition_key)
          SELECT 't0', jsonb_build_object('n', i), 'k' || (i % 5) FROM generate_series(1, 20) AS i",

@@ -6,9 +6,11 @@ use super::*;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn sigkilled_inbox_consumers_apply_every_event_exactly_once() {
-    let db = TestDb::new().await;
-    let redis = TestRedis::shared();
-    let _relay = RelayProc::spawn("consumer-relay", &base_env(&db, &redis));
+    let Bundle {
+        db,
+        redis,
+        relay: _relay,
+    } = setup("consumer-relay", &[]).await;
     let chaos = Chaos {
         consumers: 3,
         poison: 3,
@@ -26,9 +28,11 @@ async fn sigkilled_inbox_consumers_apply_every_event_exactly_once() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_poison_event_is_dead_lettered_after_exactly_max_deliveries() {
-    let db = TestDb::new().await;
-    let redis = TestRedis::shared();
-    let _relay = RelayProc::spawn("consumer-relay", &base_env(&db, &redis));
+    let Bundle {
+        db,
+        redis,
+        relay: _relay,
+    } = setup("consumer-relay", &[]).await;
     db.exec(
         r#"INSERT INTO outbox (topic, payload, partition_key, headers) VALUES
            ('t0', '{"n": 1}', 'kp', '{}'),

@@ -1,4 +1,5 @@
-//! Helpers shared by the end-to-end tests, by concern: each test gets its own database
+//! Helpers shared by the end-to-end tests, by concern: [`setup`] starts the common case (a
+//! database, a Redis prefix and a relay, as a [`Bundle`]); each test gets its own database
 //! ([`TestDb`], dropped after), its own Redis key prefix ([`TestRedis`], deleted after) or its
 //! own redis-server ([`OwnRedis`]), and real relay processes ([`RelayProc`], [`TokenRelay`]),
 //! reached with the one HTTP client, [`Http`]; a PgBouncer in front of Postgres ([`PgBouncer`]);
@@ -18,6 +19,7 @@ mod proxy;
 mod redis;
 mod relay;
 mod sentinel;
+mod setup;
 mod tls;
 mod wait;
 
@@ -42,6 +44,7 @@ pub use self::proxy::Proxy;
 pub use self::redis::{server_binary, valkey_server, OwnRedis, TestRedis};
 pub use self::relay::{base_env, RelayProc, TokenRelay, ADMIN_TOKEN, BIN, READ_ONLY_TOKEN};
 pub use self::sentinel::{OwnSentinel, MASTER};
+pub use self::setup::{setup, setup_with, Bundle};
 pub use self::tls::{Issued, TestCa};
 pub use self::wait::{eventually, eventually_every, Check};
 

@@ -7,7 +7,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use super::process::Logged;
-use super::{form, Http, TestDb, TestRedis};
+use super::{form, setup_with, Bundle, Http, TestDb, TestRedis};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_outbox-relay");
 
@@ -182,16 +182,16 @@ impl TokenRelay {
         name: &str,
         env: impl FnOnce(&TestDb, &TestRedis) -> Vec<(String, String)>,
     ) -> TokenRelay {
-        let db = TestDb::new().await;
-        let redis = TestRedis::shared();
-        let mut env = env(&db, &redis);
-        env.push(("OUTBOX__ADMIN__TOKEN".into(), ADMIN_TOKEN.into()));
-        env.push((
-            "OUTBOX__ADMIN__READ_ONLY_TOKEN".into(),
-            READ_ONLY_TOKEN.into(),
-        ));
-        let relay = RelayProc::spawn(name, &env);
-        relay.wait_ready(Duration::from_secs(30)).await;
+        let Bundle { relay, redis, db } = setup_with(name, |db, redis| {
+            let mut env = env(db, redis);
+            env.push(("OUTBOX__ADMIN__TOKEN".into(), ADMIN_TOKEN.into()));
+            env.push((
+                "OUTBOX__ADMIN__READ_ONLY_TOKEN".into(),
+                READ_ONLY_TOKEN.into(),
+            ));
+            env
+        })
+        .await;
         TokenRelay { db, redis, relay }
     }
 
