@@ -15,7 +15,7 @@ async fn groups_of(redis: &TestRedis, topic: &str) -> Vec<(String, u64, String)>
     let reply: redis::streams::StreamInfoGroupsReply = c
         .xinfo_groups(redis.stream(topic))
         .await
-        .unwrap_or_default();
+        .expect("xinfo groups");
     reply
         .groups
         .into_iter()

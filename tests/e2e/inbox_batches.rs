@@ -142,7 +142,7 @@ async fn a_batch_inbox_applies_each_event_once_and_dead_letters_a_failing_batch(
         .entries("t0:dead")
         .await
         .iter()
-        .filter_map(|e| serde_json::from_str::<serde_json::Value>(&e["payload"]).ok())
+        .map(|e| serde_json::from_str::<serde_json::Value>(&e["payload"]).expect("a JSON payload"))
         .filter_map(|p| p["n"].as_i64())
         .collect();
     assert!(

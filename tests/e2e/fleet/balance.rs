@@ -6,9 +6,7 @@ use super::*;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_fleet_divides_the_partitions_and_rebalances_after_joins_and_leaves() {
-    let db = TestDb::new().await;
-    let redis = TestRedis::shared();
-    let relay = RelayProc::spawn("fleet-balance", &relay_env(&db, &redis));
+    let Bundle { db, redis, relay } = setup_with("fleet-balance", relay_env).await;
     // Partitions exist once the relay has published the topic.
     produce_rounds(
         &db.url,

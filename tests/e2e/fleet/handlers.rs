@@ -132,10 +132,7 @@ pub(super) async fn fleets_of_every_handler_kind_divide_and_hand_over(
     let handled = |at_least: usize| {
         let seen = &seen;
         move || async move {
-            let counts: Vec<usize> = seen
-                .iter()
-                .map(|s| s.lock().map(|s| s.len()).unwrap_or(0))
-                .collect();
+            let counts: Vec<usize> = seen.iter().map(|s| s.lock().expect("lock").len()).collect();
             match counts.iter().all(|n| *n >= at_least) {
                 true => Ok(()),
                 false => Err(format!("handled {counts:?}, waiting for {at_least} each")),
@@ -235,9 +232,11 @@ async fn a_consumer_starved_past_its_lease_handles_a_keys_older_entries_before_n
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
 
-    let db = TestDb::new().await;
-    let redis = TestRedis::shared();
-    let _relay = RelayProc::spawn("fleet-starved", &relay_env(&db, &redis));
+    let Bundle {
+        db,
+        redis,
+        relay: _relay,
+    } = setup_with("fleet-starved", relay_env).await;
     // Ten events of one key, published before the consumer starts.
     produce_rounds(
         &db.url,

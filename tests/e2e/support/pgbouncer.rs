@@ -4,10 +4,10 @@
 
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::db::running_as_root;
-use super::{base_env, free_port, TestDb, TestRedis};
+use super::{base_env, eventually_blocking, free_port, TestDb, TestRedis};
 
 /// Server connections per database: a relay alone has 8 clients (`database.pool_size`).
 const SERVER_CONNECTIONS: usize = 3;
@@ -73,18 +73,14 @@ impl PgBouncer {
             .spawn()
             .expect("spawn pgbouncer (make services installs it)");
         let mut me = PgBouncer { port, child, dir };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        eventually_blocking(Duration::from_secs(10), "pgbouncer to listen", || {
             if let Ok(Some(status)) = me.child.try_wait() {
                 panic!("pgbouncer exited with {status}: {}", me.log());
             }
-            assert!(
-                Instant::now() < deadline,
-                "pgbouncer never listened: {}",
-                me.log()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+            TcpStream::connect(("127.0.0.1", port))
+                .map(drop)
+                .map_err(|e| format!("{e}: {}", me.log()))
+        });
         me
     }
 

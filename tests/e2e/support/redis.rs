@@ -3,14 +3,14 @@
 
 use std::collections::HashMap;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use outbox_core::redis_conn::{self, RedisConn};
 use redis::AsyncCommands;
 use uuid::Uuid;
 
-use super::free_port;
 use super::tls::Issued;
+use super::{eventually_blocking, free_port};
 
 const REDIS_URL: &str = "redis://127.0.0.1:6379";
 
@@ -224,15 +224,12 @@ impl OwnRedis {
 
     /// Waits until this replica's link to its master is up.
     pub fn wait_in_sync(&self) {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
+        eventually_blocking(Duration::from_secs(20), "the replica to sync", || {
             let info = self.query::<String>(redis::cmd("INFO").arg("replication"));
-            if info.contains("master_link_status:up") {
-                return;
-            }
-            assert!(Instant::now() < deadline, "replica never in sync: {info}");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+            info.contains("master_link_status:up")
+                .then_some(())
+                .ok_or(info)
+        })
     }
 
     /// Runs one command on this server (blocking).
@@ -297,15 +294,10 @@ impl OwnRedis {
     }
 
     fn wait_listening(&self) {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "redis-server did not listen on {}",
-                self.port
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let what = format!("redis-server to listen on {}", self.port);
+        eventually_blocking(Duration::from_secs(10), &what, || {
+            std::net::TcpStream::connect(("127.0.0.1", self.port)).map_err(|e| e.to_string())
+        });
     }
 
     pub fn url(&self) -> String {
@@ -336,21 +328,18 @@ impl OwnRedis {
         if self.tls {
             return;
         }
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Ok(c) = redis::Client::open(self.url()) {
-                if let Ok(mut conn) = c.get_connection() {
-                    match redis::cmd("PING").query::<String>(&mut conn) {
-                        // A server with `requirepass` answers too: it is up.
-                        Ok(_) => return,
-                        Err(e) if e.to_string().contains("NOAUTH") => return,
-                        Err(_) => {}
-                    }
-                }
+        let what = format!("own redis-server to start on {}", self.port);
+        eventually_blocking(Duration::from_secs(10), &what, || {
+            let mut conn = redis::Client::open(self.url())
+                .and_then(|c| c.get_connection())
+                .map_err(|e| e.to_string())?;
+            match redis::cmd("PING").query::<String>(&mut conn) {
+                Ok(_) => Ok(()),
+                // A server with `requirepass` answers too: it is up.
+                Err(e) if e.to_string().contains("NOAUTH") => Ok(()),
+                Err(e) => Err(e.to_string()),
             }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        panic!("own redis-server did not start on {}", self.port);
+        })
     }
 
     pub fn stop(&mut self) {

@@ -4,10 +4,10 @@
 
 use std::process::Command;
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::process::Logged;
-use super::{form, setup_with, Bundle, Http, TestDb, TestRedis};
+use super::{eventually_blocking, form, setup_with, Bundle, Http, TestDb, TestRedis};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_outbox-relay");
 
@@ -89,19 +89,14 @@ impl RelayProc {
     /// log, when it does not come).
     pub fn admin_port(&self) -> u16 {
         *self.admin_port.get_or_init(|| {
-            let deadline = Instant::now() + Duration::from_secs(60);
-            loop {
+            let what = format!(
+                "{} to log `{LISTENING}<addr>`",
+                self.process.log_path().display()
+            );
+            eventually_blocking(Duration::from_secs(60), &what, || {
                 let log = self.process.log();
-                if let Some(port) = listening_port(&log) {
-                    return port;
-                }
-                assert!(
-                    Instant::now() < deadline,
-                    "{} never logged `{LISTENING}<addr>`:\n{log}",
-                    self.process.log_path().display()
-                );
-                std::thread::sleep(Duration::from_millis(20));
-            }
+                listening_port(&log).ok_or(log)
+            })
         })
     }
 

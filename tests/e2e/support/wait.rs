@@ -90,3 +90,23 @@ where
         tokio::time::sleep(every).await;
     }
 }
+
+/// [`eventually`] for code outside the async runtime (a helper that must not be async, such
+/// as a `Drop` or a blocking start): polls `check` every 50 ms on this thread.
+pub fn eventually_blocking<C: Check>(
+    timeout: Duration,
+    what: &str,
+    mut check: impl FnMut() -> C,
+) -> C::Value {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let last = match check().outcome() {
+            Ok(value) => return value,
+            Err(last) => last,
+        };
+        if Instant::now() >= deadline {
+            panic!("timed out after {timeout:?} waiting for {what}: {last}");
+        }
+        std::thread::sleep(EVERY);
+    }
+}
