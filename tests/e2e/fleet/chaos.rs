@@ -5,10 +5,13 @@ use super::*;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_fleet_keeps_each_keys_order_through_kills_freezes_and_scaling() {
-    let db = TestDb::new().await;
-    let redis = TestRedis::shared();
+    let Bundle {
+        db,
+        redis,
+        relay: _relay,
+    } = setup_with("fleet-chaos", relay_env).await;
+    // Consumers apply effects; the relay never touches their table.
     db.exec(ORDER_CHECK).await;
-    let _relay = RelayProc::spawn("fleet-chaos", &relay_env(&db, &redis));
     let mut fleet: Vec<ExampleConsumer> = (0..3)
         .map(|i| spawn(&db, &redis, &format!("c{i}")))
         .collect();

@@ -8,10 +8,13 @@ use super::*;
 /// the 3 partitions; every event takes effect once, each key in commit order.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_fleet_follows_a_repartition_that_waits_for_its_unacknowledged_entries() {
-    let db = TestDb::new().await;
-    let redis = TestRedis::shared();
+    let Bundle {
+        db,
+        redis,
+        relay: _relay,
+    } = setup_with("fleet-reparts", |db, redis| relay_env_with(db, redis, 2)).await;
+    // Consumers apply effects; the relay never touches their table.
     db.exec(ORDER_CHECK).await;
-    let _relay = RelayProc::spawn("fleet-reparts", &relay_env_with(&db, &redis, 2));
     produce_rounds(
         &db.url,
         Rounds {
