@@ -46,7 +46,7 @@ pub use self::relay::{base_env, RelayProc, TokenRelay, ADMIN_TOKEN, BIN, READ_ON
 pub use self::sentinel::{OwnSentinel, MASTER};
 pub use self::setup::{setup, setup_with, Bundle};
 pub use self::tls::{Issued, TestCa};
-pub use self::wait::{eventually, eventually_blocking, eventually_every, Check};
+pub use self::wait::{eventually, eventually_blocking, eventually_every, holds_for, Check};
 
 /// A free TCP port on loopback.
 pub fn free_port() -> u16 {

@@ -1,5 +1,6 @@
 //! Waiting for something to become true: [`eventually`] polls a check until it passes and
-//! panics with what it was waiting for (and the check's last word) when it does not in time.
+//! panics with what it was waiting for (and the check's last word) when it does not in time;
+//! [`holds_for`] checks that something stays true for a while.
 //! Every wait of the tests goes through it, so none can end quietly at a deadline and let a
 //! test go on as if the thing had happened.
 
@@ -108,5 +109,23 @@ pub fn eventually_blocking<C: Check>(
             panic!("timed out after {timeout:?} waiting for {what}: {last}");
         }
         std::thread::sleep(EVERY);
+    }
+}
+
+/// Polls `check` every `every` for all of `span` and panics at its first failure: for a state
+/// that must last (a gauge a periodic job must not reset), where [`eventually`] waits for one
+/// to come.
+pub async fn holds_for<F, Fut>(span: Duration, every: Duration, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future,
+    Fut::Output: Check,
+{
+    let until = Instant::now() + span;
+    while Instant::now() < until {
+        if let Err(saw) = check().await.outcome() {
+            panic!("{what} stopped holding: {saw}");
+        }
+        tokio::time::sleep(every).await;
     }
 }
