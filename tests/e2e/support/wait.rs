@@ -129,3 +129,43 @@ where
         tokio::time::sleep(every).await;
     }
 }
+
+#[tokio::test]
+async fn eventually_returns_the_value_of_the_first_passing_poll() {
+    let mut polls = 0;
+    let got = eventually(Duration::from_secs(5), "the third poll", || {
+        polls += 1;
+        let n = polls;
+        async move { (n >= 3).then_some(n) }
+    })
+    .await;
+    assert_eq!(got, 3);
+}
+
+#[tokio::test]
+#[should_panic(expected = "waiting for a thing that never comes: it is late")]
+async fn eventually_panics_with_what_it_waited_for_and_the_last_answer() {
+    eventually(
+        Duration::from_millis(200),
+        "a thing that never comes",
+        || async { Err::<(), _>("it is late".to_string()) },
+    )
+    .await;
+}
+
+#[tokio::test]
+#[should_panic(expected = "stopped holding: still false")]
+async fn holds_for_panics_at_the_first_failure() {
+    let mut polls = 0;
+    holds_for(
+        Duration::from_secs(5),
+        Duration::from_millis(10),
+        "the first two polls",
+        || {
+            polls += 1;
+            let n = polls;
+            async move { n <= 2 }
+        },
+    )
+    .await;
+}
