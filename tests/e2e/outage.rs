@@ -8,11 +8,9 @@ use crate::support::*;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn redis_outage_burns_no_attempts_and_recovers() {
-    let db = TestDb::new().await;
     let mut server = OwnRedis::start();
-    let redis = TestRedis::on(&server.url());
-    let relay = RelayProc::spawn("outage", &base_env(&db, &redis));
-    relay.wait_ready(Duration::from_secs(20)).await;
+    let Bundle { db, redis, relay } =
+        setup_on(TestRedis::on(&server.url()), "outage", base_env).await;
     insert_events(
         &db,
         Events {

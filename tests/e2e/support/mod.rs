@@ -44,7 +44,7 @@ pub use self::proxy::Proxy;
 pub use self::redis::{server_binary, valkey_server, OwnRedis, TestRedis};
 pub use self::relay::{base_env, RelayProc, TokenRelay, ADMIN_TOKEN, BIN, READ_ONLY_TOKEN};
 pub use self::sentinel::{OwnSentinel, MASTER};
-pub use self::setup::{setup, setup_with, Bundle};
+pub use self::setup::{setup, setup_on, setup_with, Bundle};
 pub use self::tls::{Issued, TestCa};
 pub use self::wait::{eventually, eventually_blocking, eventually_every, holds_for, Check};
 
