@@ -84,15 +84,16 @@ async fn demo_creates_its_database_and_shows_the_whole_pipeline() {
     let _ = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status();
-    let mut code = None;
-    for _ in 0..200 {
-        if let Ok(Some(status)) = child.try_wait() {
-            code = status.code();
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert_eq!(code, Some(0), "demo exits 0 on SIGTERM");
+    let exited = eventually(
+        Duration::from_secs(10),
+        "the demo to exit on SIGTERM",
+        || {
+            let exited = child.try_wait().expect("the demo's status");
+            async move { exited }
+        },
+    )
+    .await;
+    assert_eq!(exited.code(), Some(0), "demo exits 0 on SIGTERM");
     let mut stdout = String::new();
     if let Some(mut out) = child.stdout.take() {
         let _ = out.read_to_string(&mut stdout);

@@ -26,14 +26,14 @@ async fn no_attempt_spent(db: &TestDb) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_failover_to_a_lagging_replica_loses_nothing_when_the_relay_waits_for_it() {
-    let db = TestDb::new().await;
     let master = OwnRedis::start();
     let link = Proxy::start(master.port).await;
     let replica = OwnRedis::replica_through(&master, link.port);
     let proxy = Proxy::start(master.port).await;
-    let redis = TestRedis::on(&proxy.url());
-    let relay = RelayProc::spawn("wait", &waiting(&db, &redis, "1", false));
-    relay.wait_ready(Duration::from_secs(20)).await;
+    let Bundle { db, redis, relay } = setup_on(TestRedis::on(&proxy.url()), "wait", |db, redis| {
+        waiting(db, redis, "1", false)
+    })
+    .await;
     insert_events(
         &db,
         Events {
@@ -104,11 +104,12 @@ async fn a_failover_to_a_lagging_replica_loses_nothing_when_the_relay_waits_for_
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_replica_that_does_not_acknowledge_holds_events_back_until_it_does() {
-    let db = TestDb::new().await;
     let master = OwnRedis::start();
-    let redis = TestRedis::on(&master.url());
-    let relay = RelayProc::spawn("noreplica", &waiting(&db, &redis, "1", false));
-    relay.wait_ready(Duration::from_secs(20)).await;
+    let Bundle { db, redis, relay } =
+        setup_on(TestRedis::on(&master.url()), "noreplica", |db, redis| {
+            waiting(db, redis, "1", false)
+        })
+        .await;
     insert_events(
         &db,
         Events {
@@ -203,10 +204,14 @@ async fn wait_fsync_is_refused_without_an_append_only_file_and_honoured_with_one
     refused_fsync(&OwnRedis::start_with(&valkey_server(), &[])).await;
 
     let server = OwnRedis::start_with(&valkey_server(), &["--appendonly", "yes"]);
-    let db = TestDb::new().await;
-    let redis = TestRedis::on(&server.url());
-    let relay = RelayProc::spawn("fsync", &waiting(&db, &redis, "0", true));
-    relay.wait_ready(Duration::from_secs(20)).await;
+    let Bundle {
+        db,
+        redis,
+        relay: _relay,
+    } = setup_on(TestRedis::on(&server.url()), "fsync", |db, redis| {
+        waiting(db, redis, "0", true)
+    })
+    .await;
     insert_events(
         &db,
         Events {

@@ -28,11 +28,9 @@ async fn assert_lost_before_newer(redis: &TestRedis, lost: (i64, i64), newer: (i
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_restart_from_an_older_snapshot_is_noticed_and_repaired() {
-    let db = TestDb::new().await;
     let mut server = OwnRedis::start();
-    let redis = TestRedis::on(&server.url());
-    let relay = RelayProc::spawn("snapshot", &base_env(&db, &redis));
-    relay.wait_ready(Duration::from_secs(20)).await;
+    let Bundle { db, redis, relay } =
+        setup_on(TestRedis::on(&server.url()), "snapshot", base_env).await;
     insert_events(
         &db,
         Events {
@@ -111,14 +109,15 @@ async fn a_restart_from_an_older_snapshot_is_noticed_and_repaired() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_failover_to_a_lagging_replica_without_waiting_is_repaired() {
-    let db = TestDb::new().await;
     let mut master = OwnRedis::start();
     let link = Proxy::start(master.port).await;
     let replica = OwnRedis::replica_through(&master, link.port);
     let proxy = Proxy::start(master.port).await;
-    let redis = TestRedis::on(&proxy.url());
-    let relay = RelayProc::spawn("nowait", &base_env(&db, &redis));
-    relay.wait_ready(Duration::from_secs(20)).await;
+    let Bundle {
+        db,
+        redis,
+        relay: _relay,
+    } = setup_on(TestRedis::on(&proxy.url()), "nowait", base_env).await;
     insert_events(
         &db,
         Events {
@@ -179,14 +178,15 @@ async fn a_failover_to_a_lagging_replica_without_waiting_is_repaired() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn what_retention_already_deleted_is_reported_not_repaired() {
-    let db = TestDb::new().await;
     let mut server = OwnRedis::start();
-    let redis = TestRedis::on(&server.url());
-    let mut env = base_env(&db, &redis);
-    // Rows are deleted as they are published: nothing is left to publish again.
-    env.push(("OUTBOX__RETENTION__PUBLISHED_FOR".into(), "0s".into()));
-    let relay = RelayProc::spawn("deleted", &env);
-    relay.wait_ready(Duration::from_secs(20)).await;
+    let Bundle { db, redis, relay } =
+        setup_on(TestRedis::on(&server.url()), "deleted", |db, redis| {
+            let mut env = base_env(db, redis);
+            // Rows are deleted as they are published: nothing is left to publish again.
+            env.push(("OUTBOX__RETENTION__PUBLISHED_FOR".into(), "0s".into()));
+            env
+        })
+        .await;
     insert_events(
         &db,
         Events {

@@ -8,16 +8,17 @@ use crate::support::*;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_full_redis_holds_publishing_until_it_has_room() {
-    let db = TestDb::new().await;
     let server = OwnRedis::start_with(
         &server_binary(),
         &["--maxmemory", "16mb", "--maxmemory-policy", "noeviction"],
     );
-    let redis = TestRedis::on(&server.url());
-    let mut env = base_env(&db, &redis);
-    env.push(("OUTBOX__REDIS__MAX_MEMORY_RATIO".into(), "0.5".into()));
-    let relay = RelayProc::spawn("memory", &env);
-    relay.wait_ready(Duration::from_secs(20)).await;
+    let Bundle { db, redis, relay } =
+        setup_on(TestRedis::on(&server.url()), "memory", |db, redis| {
+            let mut env = base_env(db, redis);
+            env.push(("OUTBOX__REDIS__MAX_MEMORY_RATIO".into(), "0.5".into()));
+            env
+        })
+        .await;
     insert_events(
         &db,
         Events {

@@ -115,7 +115,9 @@ async fn schemathesis_finds_no_failure() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_generated_client_lists_events_and_retries_a_dead_one() {
     let api = relay_with_rows("api-client").await;
-    let dead = dead_event(&api, "t1", Some("kx"), "handler: still broken").await;
+    // On the paused topic: retried, it stays pending until the test resumes the topic, however
+    // quickly the woken claimer runs.
+    let dead = dead_event(&api, "t2", Some("kx"), "handler: still broken").await;
     let dir = tempfile::tempdir().expect("temp dir");
     let doc = dir.path().join("openapi.json");
     let text = api.admin().get("/api/v1/openapi.json").body;
@@ -153,7 +155,10 @@ async fn a_generated_client_lists_events_and_retries_a_dead_one() {
     assert_eq!(seen["status_after"], "pending", "{seen}");
     assert_eq!(seen["attempts_after"], 0);
     assert_eq!(seen["retry_again_status"], 409, "{seen}");
-    // The retry really happened: the event is published, and audited as the admin token's.
+    // The retry really happened: once its topic resumes, the event is published, and the retry
+    // is audited as the admin token's.
+    let r = api.admin().call("POST", "/api/v1/topics/t2/resume", None);
+    assert_eq!(r.status, 200, "{:?}", r.json);
     let published =
         format!("SELECT count(*) FROM outbox WHERE id = '{dead}' AND published_at IS NOT NULL");
     api.db.wait_for(&published, 1, super::WAIT).await;

@@ -267,3 +267,10 @@ pub fn form(pairs: &[(&str, &str)]) -> String {
         .extend_pairs(pairs)
         .finish()
 }
+
+/// An admin server that does not answer is not one without the series.
+#[test]
+#[should_panic(expected = "no answer")]
+fn metrics_panic_when_nothing_answers() {
+    Http::new(super::free_port()).metric("outbox_claim_cycles_total");
+}

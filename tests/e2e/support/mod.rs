@@ -3,7 +3,7 @@
 //! ([`TestDb`], dropped after), its own Redis key prefix ([`TestRedis`], deleted after) or its
 //! own redis-server ([`OwnRedis`]), and real relay processes ([`RelayProc`], [`TokenRelay`]),
 //! reached with the one HTTP client, [`Http`]; a PgBouncer in front of Postgres ([`PgBouncer`]);
-//! `consumer/examples/inbox_consumer` processes ([`ExampleConsumer`]); an OTLP receiver ([`OtlpReceiver`]);
+//! `examples/inbox_consumer` processes ([`ExampleConsumer`]); an OTLP receiver ([`OtlpReceiver`]);
 //! and one way to wait, [`eventually`]. Helpers fail loudly: a read that cannot reach its
 //! server panics rather than answer 0 or nothing.
 
@@ -44,9 +44,9 @@ pub use self::proxy::Proxy;
 pub use self::redis::{server_binary, valkey_server, OwnRedis, TestRedis};
 pub use self::relay::{base_env, RelayProc, TokenRelay, ADMIN_TOKEN, BIN, READ_ONLY_TOKEN};
 pub use self::sentinel::{OwnSentinel, MASTER};
-pub use self::setup::{setup, setup_with, Bundle};
+pub use self::setup::{setup, setup_on, setup_with, Bundle};
 pub use self::tls::{Issued, TestCa};
-pub use self::wait::{eventually, eventually_blocking, eventually_every, Check};
+pub use self::wait::{eventually, eventually_blocking, eventually_every, holds_for, Check};
 
 /// A free TCP port on loopback.
 pub fn free_port() -> u16 {

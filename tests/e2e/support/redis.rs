@@ -355,3 +355,12 @@ impl Drop for OwnRedis {
         self.stop();
     }
 }
+
+/// A helper that turned a connection error into 0 would let "nothing was sent" pass against a
+/// server that is not there.
+#[tokio::test]
+#[should_panic(expected = "XLEN")]
+async fn xlen_panics_when_redis_does_not_answer() {
+    let nobody = TestRedis::on(&format!("redis://127.0.0.1:{}", free_port()));
+    nobody.xlen("t0").await;
+}

@@ -138,9 +138,11 @@ impl RelayProc {
     }
 }
 
-/// The port of the first `admin listening on <addr>` line of a log.
+/// The port of the first `admin listening on <addr>` line of a log (whole lines only: the
+/// process may be writing the last one).
 fn listening_port(log: &str) -> Option<u16> {
-    let rest = &log[log.find(LISTENING)? + LISTENING.len()..];
+    let whole = &log[..log.rfind('\n').map_or(0, |end| end + 1)];
+    let rest = &whole[whole.find(LISTENING)? + LISTENING.len()..];
     let addr: String = rest
         .chars()
         .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | ':' | '[' | ']'))

@@ -29,8 +29,17 @@ pub async fn setup_with(
     name: &str,
     env: impl FnOnce(&TestDb, &TestRedis) -> Vec<(String, String)>,
 ) -> Bundle {
+    setup_on(TestRedis::shared(), name, env).await
+}
+
+/// [`setup_with`] on `redis`: a prefix on a server of the test's own (to stop, fill or fail
+/// over) or behind a proxy.
+pub async fn setup_on(
+    redis: TestRedis,
+    name: &str,
+    env: impl FnOnce(&TestDb, &TestRedis) -> Vec<(String, String)>,
+) -> Bundle {
     let db = TestDb::new().await;
-    let redis = TestRedis::shared();
     let relay = RelayProc::spawn(name, &env(&db, &redis));
     relay.wait_ready(Duration::from_secs(30)).await;
     Bundle { relay, redis, db }

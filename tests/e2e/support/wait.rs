@@ -1,5 +1,6 @@
 //! Waiting for something to become true: [`eventually`] polls a check until it passes and
-//! panics with what it was waiting for (and the check's last word) when it does not in time.
+//! panics with what it was waiting for (and the check's last word) when it does not in time;
+//! [`holds_for`] checks that something stays true for a while.
 //! Every wait of the tests goes through it, so none can end quietly at a deadline and let a
 //! test go on as if the thing had happened.
 
@@ -109,4 +110,62 @@ pub fn eventually_blocking<C: Check>(
         }
         std::thread::sleep(EVERY);
     }
+}
+
+/// Polls `check` every `every` for all of `span` and panics at its first failure: for a state
+/// that must last (a gauge a periodic job must not reset), where [`eventually`] waits for one
+/// to come.
+pub async fn holds_for<F, Fut>(span: Duration, every: Duration, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future,
+    Fut::Output: Check,
+{
+    let until = Instant::now() + span;
+    while Instant::now() < until {
+        if let Err(saw) = check().await.outcome() {
+            panic!("{what} stopped holding: {saw}");
+        }
+        tokio::time::sleep(every).await;
+    }
+}
+
+#[tokio::test]
+async fn eventually_returns_the_value_of_the_first_passing_poll() {
+    let mut polls = 0;
+    let got = eventually(Duration::from_secs(5), "the third poll", || {
+        polls += 1;
+        let n = polls;
+        async move { (n >= 3).then_some(n) }
+    })
+    .await;
+    assert_eq!(got, 3);
+}
+
+#[tokio::test]
+#[should_panic(expected = "waiting for a thing that never comes: it is late")]
+async fn eventually_panics_with_what_it_waited_for_and_the_last_answer() {
+    eventually(
+        Duration::from_millis(200),
+        "a thing that never comes",
+        || async { Err::<(), _>("it is late".to_string()) },
+    )
+    .await;
+}
+
+#[tokio::test]
+#[should_panic(expected = "stopped holding: still false")]
+async fn holds_for_panics_at_the_first_failure() {
+    let mut polls = 0;
+    holds_for(
+        Duration::from_secs(5),
+        Duration::from_millis(10),
+        "the first two polls",
+        || {
+            polls += 1;
+            let n = polls;
+            async move { n <= 2 }
+        },
+    )
+    .await;
 }
