@@ -16,13 +16,11 @@
 //! | [`groups`] | declared consumer groups made before the first publish, their metrics, `redis.trim_acked` |
 //! | [`dedup`] | the publish script's dedup windows and the retired sets' freeing |
 //! | [`wake`] | producers' NOTIFY quieted while a relay drains, and back after |
-//! | [`consumer`] | the consumer library and `examples/inbox_consumer`, by concern: example processes fed by a relay (SIGKILLed, each event once; poison after `--max-deliveries`), claims after `claim_idle`, per-key order, batches, failures, the inbox, connections (a Redis restart, mutual TLS) |
+//! | [`consumer`] | the consumer library and `consumer/examples/inbox_consumer`, by concern: example processes fed by a relay (SIGKILLed, each event once; poison after `--max-deliveries`), claims after `claim_idle`, per-key order, batches, failures, the inbox, connections (a Redis restart, mutual TLS) |
 //! | [`fleet`] | a group's fleet on a partitioned topic, by concern: balance after joins and leaves, key order through kills, freezes and scaling, the inbox's fence, every kind of handler (one Redis, a cluster), a repartition |
-//! | [`partitions`] | partitioned topics: each key in its Kafka partition's stream, declared groups on each, another count refused, `repartition` waiting for the declared groups |
 //! | [`traces`] | OTLP traces: the producer's trace through the publish span to the consumer's span; the Rust producer API's trace context |
 //! | [`crash`] | SIGKILL of relays in a loop: nothing lost, nothing doubled |
 //! | [`outage`] | a Redis outage (own redis-server): no attempt burnt, recovery |
-//! | [`durability`] | `redis.wait_replicas` and `redis.wait_fsync`: a failover to a lagging replica loses nothing; a Redis that cannot confirm leaves the relay not ready, nothing sent |
 //! | [`loss`] | entries Redis lost (an older snapshot, a failover without waiting) published again, once, in order |
 //! | [`memory`] | memory back-pressure: above `redis.max_memory_ratio` publishing is held, then resumes |
 //! | [`sentinel`] | Redis behind Sentinel: the relay, an inbox consumer and `tail` follow a failover; passwords |
@@ -32,7 +30,6 @@
 //! | [`lease`] | a hung replica's claim taken over; claim slots; poll-only; NOTIFY off |
 //! | [`pgbouncer`] | through PgBouncer in transaction mode: delivery, order, SIGKILL, lease, retention, pause, `migrate`; no session state left on its server connections |
 //! | [`retention`] | retention deletes old published rows only; paused topics |
-//! | [`replay`] | replaying a time range of a topic (API, CLI, UI), audited; bad times refused |
 //! | [`shutdown`] | SIGTERM exits 0 and another replica takes over |
 //! | [`supervision`] | a panicking actor restarted, a dead one ends the process (70), a stalled loop fails `/healthz`, `/readyz` during an outage, the first scrape |
 //! | [`tls`] | Postgres `verify-full`/`verify-ca` and `rediss://` with a test CA; a wrong host name or CA refused; Redis mutual TLS |

@@ -1,4 +1,4 @@
-//! The consumer side: `examples/inbox_consumer` processes fed by a real relay (SIGKILLed and
+//! The consumer side: `consumer/examples/inbox_consumer` processes fed by a real relay (SIGKILLed and
 //! restarted: every event applied once; a dead consumer's entries claimed; poison to the dead
 //! stream), and the `outbox_consumer` library in-process (per-key order through failures and
 //! a restart; a malformed entry dead-lettered without blocking its key).

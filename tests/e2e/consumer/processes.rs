@@ -1,4 +1,4 @@
-//! `examples/inbox_consumer` processes fed by a real relay: SIGKILLed and restarted, they
+//! `consumer/examples/inbox_consumer` processes fed by a real relay: SIGKILLed and restarted, they
 //! apply every event once; a poison event goes to the dead stream after exactly
 //! `--max-deliveries`.
 

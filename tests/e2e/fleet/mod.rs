@@ -1,4 +1,4 @@
-//! A consumer group's fleet on a partitioned topic: `examples/inbox_consumer` processes divide
+//! A consumer group's fleet on a partitioned topic: `consumer/examples/inbox_consumer` processes divide
 //! the partitions (at most one owner each, counts within one of each other after joins and
 //! leaves), and keep each key's events in commit order through SIGKILLs, freezes past the
 //! lease (SIGSTOP, SIGCONT), scale-up and scale-down; the inbox's fence refuses the commit of

@@ -3,7 +3,7 @@
 //! ([`TestDb`], dropped after), its own Redis key prefix ([`TestRedis`], deleted after) or its
 //! own redis-server ([`OwnRedis`]), and real relay processes ([`RelayProc`], [`TokenRelay`]),
 //! reached with the one HTTP client, [`Http`]; a PgBouncer in front of Postgres ([`PgBouncer`]);
-//! `examples/inbox_consumer` processes ([`ExampleConsumer`]); an OTLP receiver ([`OtlpReceiver`]);
+//! `consumer/examples/inbox_consumer` processes ([`ExampleConsumer`]); an OTLP receiver ([`OtlpReceiver`]);
 //! and one way to wait, [`eventually`]. Helpers fail loudly: a read that cannot reach its
 //! server panics rather than answer 0 or nothing.
 
