@@ -8,7 +8,7 @@ REDIS_PORT ?= 6379
 PG_ADDR = $(shell cat target/pg/addr 2>/dev/null)
 export OUTBOX_TEST_PG_ADDR = $(PG_ADDR)
 
-.PHONY: help services browser valkey api-tools test-valkey build demo test test-ui screenshots bench lint package fmt clean k8s-check
+.PHONY: help services browser valkey api-tools test-valkey build demo test test-ui screenshots bench lint package fmt clean k8s-check docs-check
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -37,7 +37,7 @@ TEST_FEATURES := --features test-hooks
 # The suites that lean most on Redis's behaviour, run again against Valkey by `make test`.
 VALKEY_SUITES := delivery:: dedup:: durability:: loss:: outage:: sentinel:: memory:: partitions:: groups:: consumer:: cluster::
 
-test: services browser valkey api-tools k8s-check ## run every test against the local Postgres and Redis (UI tests in headless Chromium), then the Redis-heavy suites against Valkey
+test: services browser valkey api-tools k8s-check docs-check ## run every test against the local Postgres and Redis (UI tests in headless Chromium), then the Redis-heavy suites against Valkey
 	cargo build --workspace --all-targets $(TEST_FEATURES)
 	cargo test --workspace $(TEST_FEATURES) --no-fail-fast -- --test-threads=4
 	bash scripts/test-valkey.sh $(VALKEY_SUITES)
@@ -91,3 +91,6 @@ clean: ## remove build output
 
 k8s-check: ## offline checks of the Dockerfile, k8s/ overlays and k8s/observability (schemas, promtool); no cluster, no image build
 	@bash scripts/k8s-check.sh
+
+docs-check: ## the docs name no file that is gone: every repository path in the current docs and the .rs comments exists, module maps and tables list every module, periodic.rs every job (no build)
+	@python3 scripts/docs_check.py

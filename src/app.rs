@@ -39,14 +39,16 @@ pub fn check_admin_exposure(settings: &Settings) -> Result<(), ConfigError> {
     Ok(())
 }
 
-/// `outbox-relay run`: the relay and the admin server until SIGTERM/SIGINT.
-pub async fn run(settings: Settings) -> anyhow::Result<()> {
-    run_until(settings, shutdown_signal()).await
+/// `outbox-relay run`: the relay and the admin server until SIGTERM/SIGINT; `traced`: spans
+/// are exported, so publishing makes them.
+pub async fn run(settings: Settings, traced: bool) -> anyhow::Result<()> {
+    run_until(settings, traced, shutdown_signal()).await
 }
 
 /// Runs until `stop` resolves; `demo` passes its own.
 pub async fn run_until(
     settings: Settings,
+    traced: bool,
     stop: impl std::future::Future<Output = ()>,
 ) -> anyhow::Result<()> {
     let url = settings.database_url()?.to_string();
@@ -72,7 +74,7 @@ pub async fn run_until(
     if let Some(refused) = (&mut partitions).now_or_never() {
         return Err(refused.into());
     }
-    let publisher = open_publisher(&settings)?;
+    let publisher = open_publisher(&settings, traced)?;
     let health = Arc::new(Health::default());
     let metrics = crate::telemetry::install_metrics();
     if let Some(handle) = &metrics {
@@ -179,10 +181,23 @@ async fn partition_check(db: db::Db, configured: HashMap<String, u32>) -> Config
     }
 }
 
+/// The session of the relay's connections, from the settings: behind a transaction pooler
+/// (`database.pooler = "transaction"`, or `database.prepared_statements = false`) nothing is
+/// kept between transactions, and each transaction sets `relay.lease` as its limits.
+pub(crate) fn db_session(settings: &Settings) -> db::Session {
+    db::Session {
+        mode: match settings.transaction_pooled() {
+            true => db::SessionMode::TransactionPooled,
+            false => db::SessionMode::Direct,
+        },
+        lease: settings.relay.lease,
+    }
+}
+
 /// The relay's pool and the admin server's, in the session mode the settings name (behind a
 /// pooler in transaction mode nothing is kept in a session between transactions).
 fn open_databases(settings: &Settings, url: &str) -> (db::Db, db::Db) {
-    let session = settings.session();
+    let session = db_session(settings);
     if !settings.database.prepared_statements && !settings.poll_only() {
         tracing::warn!(
             "database.prepared_statements = false without relay.poll_only: behind a pooler in \
@@ -206,9 +221,13 @@ fn open_databases(settings: &Settings, url: &str) -> (db::Db, db::Db) {
     (relay_db, admin_db)
 }
 
-/// The Redis publisher of the settings (lazy: nothing connects yet).
-pub(crate) fn open_publisher(settings: &Settings) -> anyhow::Result<Publisher> {
-    let redis_tls = connect::tls_files(&settings.redis).map_err(|e| anyhow::anyhow!(e.0))?;
+/// The Redis publisher of the settings (lazy: nothing connects yet); `traced`: it makes
+/// publish spans (spans are exported).
+pub(crate) fn open_publisher(settings: &Settings, traced: bool) -> anyhow::Result<Publisher> {
+    let redis_tls = settings
+        .redis
+        .tls_files()
+        .map_err(|e| anyhow::anyhow!(e.0))?;
     let conn = connect::connect(&settings.redis, redis_tls.as_ref()).context("redis.url")?;
     Ok(Publisher::new(
         conn,
@@ -223,6 +242,7 @@ pub(crate) fn open_publisher(settings: &Settings) -> anyhow::Result<Publisher> {
                 fsync: settings.redis.wait_fsync,
                 timeout: settings.redis.wait_timeout,
             },
+            traced,
         },
     ))
 }
@@ -244,7 +264,7 @@ async fn register_known_topics(state: &AdminState) {
 /// [`ActorLost::EXIT_CODE`] so that its orchestrator restarts it.
 #[derive(Debug, thiserror::Error)]
 #[error("the {0} actor died; exiting so that the replica is restarted")]
-pub struct ActorLost(pub crate::relay::actors::ActorName);
+pub struct ActorLost(pub crate::telemetry::ActorName);
 
 impl ActorLost {
     /// `EX_SOFTWARE`: an internal error.

@@ -31,12 +31,12 @@ pub fn settings_for(command: &Command) -> Result<Settings, ConfigError> {
     Ok(settings)
 }
 
-/// Runs `command` to its end.
-pub async fn execute(command: Command, settings: Settings) -> anyhow::Result<()> {
+/// Runs `command` to its end; `traced`: spans are exported, so the publisher makes them.
+pub async fn execute(command: Command, settings: Settings, traced: bool) -> anyhow::Result<()> {
     match command {
         Command::Migrate(_) => app::migrate(&settings).await,
-        Command::Run(_) => app::run(settings).await,
-        Command::Demo(d) => demo::run(settings, d.rate).await,
+        Command::Run(_) => app::run(settings, traced).await,
+        Command::Demo(d) => demo::run(settings, d.rate, traced).await,
         Command::Tail(t) => {
             let options = tail::TailOptions {
                 topic: t.topic,
@@ -78,8 +78,13 @@ async fn replay(settings: &Settings, args: &crate::cli::ReplayArgs) -> anyhow::R
         .into());
     }
     let url = settings.database_url()?;
-    let db = crate::db::pool::build(url, 2, settings.session(), crate::db::pool::Drivers::Caller);
-    let publisher = app::open_publisher(settings)?;
+    let db = crate::db::pool::build(
+        url,
+        2,
+        app::db_session(settings),
+        crate::db::pool::Drivers::Caller,
+    );
+    let publisher = app::open_publisher(settings, false)?;
     let replayed = Actions::new(&db, None)
         .replay(&publisher, "cli", &args.topic, range)
         .await?;

@@ -254,7 +254,7 @@ async fn consume_round(
 }
 
 /// Runs the demo until SIGTERM/SIGINT.
-pub async fn run(settings: Settings, rate: u32) -> anyhow::Result<()> {
+pub async fn run(settings: Settings, rate: u32, traced: bool) -> anyhow::Result<()> {
     let url = settings.database_url()?.to_string();
     create_database(&url).await?;
     crate::db::migrate::run_pending(&url).await?;
@@ -281,7 +281,7 @@ pub async fn run(settings: Settings, rate: u32) -> anyhow::Result<()> {
     println!("  stop     : Ctrl-C");
     let producer = actix_rt::spawn(produce(url, rate));
     let consumer = actix_rt::spawn(consume_slowly(settings.clone()));
-    let result = crate::app::run(settings).await;
+    let result = crate::app::run(settings, traced).await;
     producer.abort();
     consumer.abort();
     result

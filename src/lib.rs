@@ -5,6 +5,8 @@
 //! - [`commands`]: what each command needs and runs.
 //! - [`app`]: wiring of pools, actors, admin server, signals, graceful shutdown.
 //! - [`db`]: the pool, embedded migrations, and all SQL, one module per table.
+//! - [`pgurl`]: a `DATABASE_URL` as libpq reads it (TLS parameters checked), which `config`
+//!   checks and `db` connects with.
 //! - [`relay`]: the supervised actors: claimer, dispatchers, retry scheduler, cleaner,
 //!   heartbeat, listener; the claim cycle in stages; the pure policies (backoff, ordering,
 //!   retry plan, settling outcomes); what a panic does (`relay::supervision`).
@@ -28,6 +30,7 @@ pub mod commands;
 pub mod config;
 pub mod db;
 pub mod demo;
+pub mod pgurl;
 pub mod producer;
 pub mod publish;
 pub mod relay;

@@ -21,7 +21,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let _traces = match outbox_relay::telemetry::install(settings.log.format, "outbox-relay") {
+    let traces = match outbox_relay::telemetry::install(settings.log.format, "outbox-relay") {
         Ok(exporting) => exporting,
         Err(error) => {
             eprintln!("outbox-relay: {error}");
@@ -29,7 +29,7 @@ fn main() -> ExitCode {
         }
     };
     let system = actix_rt::System::new();
-    match system.block_on(commands::execute(cli.command, settings)) {
+    match system.block_on(commands::execute(cli.command, settings, traces.is_active())) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("outbox-relay: {error:#}");

@@ -43,8 +43,8 @@ pub async fn run(settings: &Settings, topic: &str, partitions: u32) -> anyhow::R
         .into());
     }
     let url = settings.database_url()?;
-    let db = db::pool::build(url, 2, settings.session(), Drivers::Caller);
-    let publisher = crate::app::open_publisher(settings)?;
+    let db = db::pool::build(url, 2, crate::app::db_session(settings), Drivers::Caller);
+    let publisher = crate::app::open_publisher(settings, false)?;
     let (old, was_paused) = db
         .unit(async |c| topics::partitions_and_pause(c, topic).await)
         .await

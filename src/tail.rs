@@ -66,7 +66,7 @@ pub async fn run(settings: &Settings, options: TailOptions) -> Result<(), TailEr
     if options.from != "0" && options.from != "$" {
         return Err(TailError::From(options.from));
     }
-    let tls = connect::tls_files(&settings.redis)?;
+    let tls = settings.redis.tls_files()?;
     let mut redis_settings = settings.redis.clone();
     // A blocking read must end before the client gives up on it.
     redis_settings.timeout = redis_settings.timeout.max(BLOCK * 3);

@@ -2,10 +2,10 @@
 //! `outbox-consumer` library's inbox on. The group (declared to the relay on every topic's
 //! stream) has [`CONSUMERS`] members, each reading every topic in one XREADGROUP and applying
 //! what it read as rows of `bench_effects` in one transaction with the inbox rows
-//! (`inbox::apply_batch_once`, what `run_inbox_batches` runs); the drain ends when every
-//! event's effect is committed. The consumers run on a runtime of their own, beside the
-//! bench's, and note when each effect's commit returned, on the clock the producers note
-//! their commits with.
+//! (`inbox::apply_batch_once`, what the library's `Batches(Inbox::for_batches(..))` runs for
+//! a batch); the drain ends when every event's effect is committed. The consumers run on a
+//! runtime of their own, beside the bench's, and note when each effect's commit returned, on
+//! the clock the producers note their commits with.
 
 use std::time::{Duration, Instant};
 

@@ -215,7 +215,7 @@ pub fn redis_link(env: &BenchEnv) -> anyhow::Result<RedisConn> {
         ca_file: env.redis_ca.clone(),
         ..Default::default()
     };
-    let tls = connect::tls_files(&settings).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let tls = settings.tls_files().map_err(|e| anyhow::anyhow!("{e}"))?;
     Ok(connect::connect(&settings, tls.as_ref())?)
 }
 

@@ -19,6 +19,7 @@
 //! - [`endtoend`]: inbox consumers of the `outbox-consumer` library, the end-to-end drain.
 //! - [`fleet`]: the workload in 8 partitions per topic divided by 3 consumers; a join's time.
 //! - [`reference`]: the seed article's algorithm and the ceiling.
+//! - [`replicated`]: the durability scenario's redis-server and its replica.
 //! - [`tls`]: the TLS scenario's two redis-servers; the local cluster and the CA come from
 //!   `outbox-testkit`.
 //! - [`machine`]: what a span cost the machine (cores busy, Redis CPU).

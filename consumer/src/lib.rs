@@ -23,6 +23,7 @@
 //! | `lanes` | splitting a batch by partition key: keys concurrently, one key in order |
 //! | `fleet` | dividing a partitioned topic's partitions among the group: membership, leases (the bookkeeping a pure function, `fleet::leases`), epochs |
 //! | `stream` | every Redis command the consumer sends |
+//! | `spans` | each handler call in a processing span (the `Traced` layer); with feature `otel`, a child of the entry's publish span |
 //! | `inbox` (feature `inbox`) | exactly-once effects: the effect and the `outbox_inbox` row in one transaction; every statement in `inbox::sql` (public with the `testing` feature only) |
 //!
 //! The entry format, key names and the Redis connection are `outbox-core`'s, shared with the

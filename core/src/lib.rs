@@ -8,6 +8,7 @@
 //! | module | what it is for |
 //! |---|---|
 //! | [`entry`] | the stream entry's fields: [`Entry`] parsed from them, `created_at`'s text |
+//! | [`entry_id`] | a stream entry id, `<ms>-<seq>`, parsed, printed and ordered as Redis does |
 //! | [`keys`] | `<prefix><topic>`, `<prefix><topic>:<p>`, `<prefix><topic>:dead`, `<prefix>partitions`, a fleet's `<prefix><topic>:{<group>}:...` |
 //! | [`topic`] | the topic rule of the `outbox` table's CHECK constraint |
 //! | [`redis_conn`] | [`RedisConn`]: one server or a Redis Cluster, lazy, TLS files applied |
@@ -17,10 +18,13 @@
 //! | [`panic`] | a caught panic's message |
 //! | [`partition`] | Kafka's murmur2 partitioner: which partition a key goes to |
 //! | [`host`] | this host's name |
+//! | [`sentinel`] | Redis behind Sentinel: the master they name, followed across failovers |
+//! | [`trace`] | W3C trace context across an event's hops: producer, publish, consumer |
 //! | `prepared` (feature `postgres`) | raw SQL a connection keeps prepared |
 
 pub mod backoff;
 pub mod entry;
+pub mod entry_id;
 pub mod groups;
 pub mod host;
 pub mod keys;

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use diesel_async::AsyncPgConnection;
 use tokio::sync::Mutex;
 
-use crate::db::events::{self, TopicCounts};
+use crate::db::outbox::stats::{self, TopicCounts};
 use crate::db::DbError;
 
 /// The shortest life of a published count.
@@ -46,7 +46,7 @@ impl PublishedCache {
         }
         let started = Instant::now();
         let published: HashMap<String, i64> =
-            events::published_counts(conn).await?.into_iter().collect();
+            stats::published_counts(conn).await?.into_iter().collect();
         *last = Some(Counted {
             at: Instant::now(),
             took: started.elapsed(),
@@ -62,7 +62,7 @@ pub async fn topic_counts(
     conn: &mut AsyncPgConnection,
     only: Option<&str>,
 ) -> Result<Vec<TopicCounts>, DbError> {
-    let mut rows = events::unsettled_counts(conn, only).await?;
+    let mut rows = stats::unsettled_counts(conn, only).await?;
     let published = cache.get(conn).await?;
     for row in &mut rows {
         row.published = published.get(&row.topic).copied().unwrap_or(0);

@@ -71,13 +71,20 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
 }
 
 /// Binds the server; it runs until its handle is stopped (signals are handled by the app).
+/// With port 0 the system picks a free port, and the server logs `admin listening on
+/// <addr>` once bound: whoever started the process reads its address there, with no window in
+/// which another process could take a port picked in advance.
 pub fn serve(state: AdminState, addr: SocketAddr) -> std::io::Result<actix_web::dev::Server> {
     let data = web::Data::new(state);
     let server = HttpServer::new(move || App::new().app_data(data.clone()).configure(routes))
         .workers(1)
         .disable_signals()
         .shutdown_timeout(2)
-        .bind(addr)?
-        .run();
-    Ok(server)
+        .bind(addr)?;
+    if addr.port() == 0 {
+        for bound in server.addrs() {
+            tracing::info!("admin listening on {bound}");
+        }
+    }
+    Ok(server.run())
 }

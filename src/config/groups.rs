@@ -7,6 +7,7 @@ use serde::de::Deserializer;
 use serde::{Deserialize, Serialize};
 
 use super::pairs::{self, Pair};
+use super::rules::Rule;
 
 /// Where a new group starts reading.
 pub const START_ALL: &str = "0";
@@ -92,6 +93,12 @@ pub fn check(groups: &[GroupSpec]) -> Result<(), String> {
     }
     Ok(())
 }
+
+/// The check of `[[groups]]`.
+pub(super) const RULES: &[Rule] = &[Rule {
+    settings: &["groups"],
+    check: |s| check(&s.groups),
+}];
 
 /// Reads either form: a list of tables (TOML) or one text of pairs (the environment).
 pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<GroupSpec>, D::Error> {

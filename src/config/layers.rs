@@ -10,7 +10,7 @@ use std::path::Path;
 use figment::providers::{Env, Format, Serialized, Toml};
 use figment::Figment;
 
-use super::defaults::MIN_STALL_AFTER;
+use super::relay::MIN_STALL_AFTER;
 use super::{rules, secrets, ConfigError, Settings};
 
 /// Values given on the command line; they override every other layer.

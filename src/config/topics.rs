@@ -7,6 +7,8 @@ use serde::de::Deserializer;
 use serde::{Deserialize, Serialize};
 
 use super::pairs::{self, Pair};
+use super::rules::Rule;
+use super::Settings;
 use outbox_core::partition::MAX_PARTITIONS;
 
 /// One configured topic.
@@ -60,6 +62,22 @@ pub fn check(topics: &[TopicSpec]) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// The check of `[[topics]]`.
+pub(super) const RULES: &[Rule] = &[Rule {
+    settings: &["topics"],
+    check: |s| check(&s.topics),
+}];
+
+impl Settings {
+    /// The configured partition count of each listed topic.
+    pub fn configured_partitions(&self) -> std::collections::HashMap<String, u32> {
+        self.topics
+            .iter()
+            .map(|t| (t.name.clone(), t.partitions))
+            .collect()
+    }
 }
 
 /// The configured partitions of `topic`: 1 when it is not listed.

@@ -4,8 +4,6 @@
 //! reads as `claim_heads`, `mark_published`, `schedule_retry`, `delete_published_before`.
 
 pub mod audit;
-pub mod dead;
-pub mod events;
 pub mod handle;
 pub mod idempotency;
 pub mod migrate;

@@ -30,23 +30,20 @@ use diesel_async::{
     TransactionManager,
 };
 use futures::FutureExt;
-use serde::{Deserialize, Serialize};
 
 use super::DbError;
 
 /// What sits between the relay and Postgres, and so what a connection may keep between two
 /// transactions.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum SessionMode {
     /// Each connection is a server session of its own: session settings and prepared
     /// statements last as long as the connection (`database.pooler = "none"`).
     #[default]
-    #[serde(rename = "none")]
     Direct,
     /// A pooler in transaction mode (PgBouncer `pool_mode = transaction`): each transaction may
     /// run on another server connection, so nothing is kept between transactions
     /// (`database.pooler = "transaction"`).
-    #[serde(rename = "transaction")]
     TransactionPooled,
 }
 

@@ -6,7 +6,7 @@ use diesel::QueryableByName;
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
 use super::DbError;
-use crate::publish::EntryId;
+use outbox_core::entry_id::EntryId;
 
 #[derive(QueryableByName)]
 struct MarkRow {

@@ -19,10 +19,8 @@ pub mod memory;
 pub mod script;
 mod trace;
 
-use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write as _;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -58,25 +56,6 @@ pub struct StreamEvent {
 }
 
 impl StreamEvent {
-    /// The entry's fields, in the order docs/consumers.md ("The stream entry") gives. Borrowed
-    /// where the event already holds the text: a batch's payloads are copied once, into the
-    /// script call.
-    pub fn fields(&self) -> Vec<(&'static str, Cow<'_, str>)> {
-        let mut fields = Vec::with_capacity(6);
-        fields.push((field::ID, Cow::Owned(self.id.to_string())));
-        fields.push((field::TOPIC, Cow::Borrowed(self.topic.as_str())));
-        fields.push((field::PAYLOAD, Cow::Borrowed(self.payload.as_str())));
-        fields.push((field::HEADERS, Cow::Borrowed(self.headers.as_str())));
-        fields.push((
-            field::CREATED_AT,
-            Cow::Owned(created_at_text(&self.created_at)),
-        ));
-        if let Some(key) = &self.key {
-            fields.push((field::KEY, Cow::Borrowed(key.as_str())));
-        }
-        fields
-    }
-
     /// Bytes of the entry's field names and values, without building them: a hyphenated
     /// uuid is 36 characters, a UTC timestamp with microseconds 27.
     pub fn entry_size(&self) -> usize {
@@ -91,6 +70,25 @@ impl StreamEvent {
 #[cfg(test)]
 mod entry_tests {
     use super::*;
+    use std::borrow::Cow;
+
+    /// The entry's fields as the publish script writes them.
+    fn fields(event: &StreamEvent) -> Vec<(&'static str, Cow<'_, str>)> {
+        let mut fields = vec![
+            (field::ID, Cow::Owned(event.id.to_string())),
+            (field::TOPIC, Cow::Borrowed(event.topic.as_str())),
+            (field::PAYLOAD, Cow::Borrowed(event.payload.as_str())),
+            (field::HEADERS, Cow::Borrowed(event.headers.as_str())),
+            (
+                field::CREATED_AT,
+                Cow::Owned(created_at_text(&event.created_at)),
+            ),
+        ];
+        if let Some(key) = &event.key {
+            fields.push((field::KEY, Cow::Borrowed(key.as_str())));
+        }
+        fields
+    }
 
     #[test]
     fn entry_size_is_the_size_of_the_fields() {
@@ -103,7 +101,7 @@ mod entry_tests {
                 headers: "{}".into(),
                 created_at: Utc::now(),
             };
-            let built: usize = event.fields().iter().map(|(k, v)| k.len() + v.len()).sum();
+            let built: usize = fields(&event).iter().map(|(k, v)| k.len() + v.len()).sum();
             assert_eq!(event.entry_size(), built);
         }
     }
@@ -171,6 +169,9 @@ pub struct PublisherConfig {
     pub timeout: Duration,
     /// `redis.wait_replicas`, `redis.wait_fsync`, `redis.wait_timeout`.
     pub durability: Durability,
+    /// Spans are exported: traced events go out in publish spans, their headers carrying the
+    /// span's context (see `trace`).
+    pub traced: bool,
 }
 
 /// How a script call names the script.
@@ -210,7 +211,7 @@ impl ScriptCall<'_> {
             }
             Verb::Eval => {
                 let mut cmd = redis::cmd("EVAL");
-                cmd.arg(script::SOURCE);
+                cmd.arg(script::SOURCE.as_str());
                 cmd
             }
         };
@@ -271,29 +272,18 @@ struct Partition<'a> {
 pub struct Publisher {
     conn: RedisConn,
     config: PublisherConfig,
-    /// Redis was last found unable to confirm writes as the settings ask: nothing is sent.
-    refused: Arc<Mutex<Option<durability::Unsupported>>>,
     /// How far each stream is known to reach.
     marks: Marks,
-    /// Redis is fuller than `redis.max_memory_ratio`: why nothing is sent.
-    memory_full: Arc<Mutex<Option<String>>>,
 }
 
 impl Publisher {
     /// A publisher over a (lazily connecting) connection: one server's connection manager or
     /// a cluster connection.
     pub fn new(conn: impl Into<RedisConn>, config: PublisherConfig) -> Self {
-        // Until the first check, a Redis asked for WAITAOF is not trusted to know it.
-        let unchecked = config.durability.fsync.then(|| durability::Unsupported {
-            setting: "redis.wait_fsync",
-            reason: "not checked yet".into(),
-        });
         Publisher {
             conn: conn.into(),
             config,
-            refused: Arc::new(Mutex::new(unchecked)),
             marks: Marks::default(),
-            memory_full: Arc::default(),
         }
     }
 
@@ -332,10 +322,6 @@ impl Publisher {
         maxlen: Option<u64>,
         partitions: u32,
     ) -> Result<Vec<(Uuid, Outcome)>, PublishError> {
-        if let Some(held) = self.held() {
-            // Entries written now could never be confirmed, or would fill Redis: none is sent.
-            return Err(PublishError::Outage(held));
-        }
         let mut reached = Vec::new();
         let outcomes = self
             .append(topic, chains, maxlen, partitions, &mut reached)
@@ -354,38 +340,9 @@ impl Publisher {
         Ok(outcomes)
     }
 
-    /// Whether Redis can confirm writes as `redis.wait_fsync` asks (see [`durability::check`]);
-    /// while it cannot, [`Publisher::publish`] sends nothing.
+    /// Whether Redis can confirm writes as `redis.wait_fsync` asks (see [`durability::check`]).
     pub async fn check_durability(&self) -> Result<(), durability::Unsupported> {
-        let result = durability::check(&self.conn, self.config.durability).await;
-        *self.refused.lock().unwrap_or_else(|p| p.into_inner()) = result.clone().err();
-        result
-    }
-
-    /// Holds publishing while Redis is too full (`Some`: why), or lets it go on (`None`).
-    pub fn hold_for_memory(&self, why: Option<String>) {
-        *self.memory_full.lock().unwrap_or_else(|p| p.into_inner()) = why;
-    }
-
-    /// Why nothing may be sent now, if anything: Redis cannot confirm writes as the settings
-    /// ask (or was not checked yet), or it is fuller than `redis.max_memory_ratio`.
-    pub fn held(&self) -> Option<String> {
-        if let Some(refused) = self.refused() {
-            return Some(refused.to_string());
-        }
-        self.memory_full
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-    }
-
-    /// Why nothing may be sent now: Redis cannot confirm writes as the settings ask (or was
-    /// not checked yet).
-    pub fn refused(&self) -> Option<durability::Unsupported> {
-        self.refused
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        durability::check(&self.conn, self.config.durability).await
     }
 
     /// [`Publisher::publish`] without the wait; the last entry appended to each stream goes to
@@ -489,7 +446,7 @@ impl Publisher {
             if !call.is_empty() {
                 let sent: Vec<(&StreamEvent, usize)> = call.iter().map(|&i| items[i]).collect();
                 // Traced events go out in spans of their traces.
-                let spans = trace::Spans::start(at.stream, &sent);
+                let spans = trace::Spans::start(at.stream, &sent, self.config.traced);
                 let reply = self
                     .invoke(at.stream, topic, &sent, maxlen, mark, &spans)
                     .await;

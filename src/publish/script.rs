@@ -9,8 +9,12 @@
 //!
 //! Every argument costs Redis an object, a Lua string and a copy back, so the call carries
 //! only what varies: the field names live in the script and the topic comes once per call.
+//! Those names are written into the script from `outbox_core::entry::field`, the one source
+//! the consumer library reads them by.
 
 use std::sync::LazyLock;
+
+use outbox_core::entry::field;
 
 use super::marks::EntryId;
 use super::{classify_reply, Outcome, PublishError, Verdict};
@@ -28,7 +32,10 @@ use super::{classify_reply, Outcome, PublishError, Verdict};
 /// event. When the stream's last generated id is below the mark (entries the relay wrote are
 /// gone) it appends nothing and returns `L`, that id and the first entry's id (each empty
 /// when there is no stream).
-pub const SOURCE: &str = r#"
+///
+/// `FIELD_NAMES` stands for the entry's field names (see [`SOURCE`]).
+const TEMPLATE: &str = r#"
+local F_ID, F_TOPIC, F_PAYLOAD, F_HEADERS, F_CREATED_AT, F_KEY = FIELD_NAMES
 local stream, cur, prev, nxt = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local ttl = tonumber(ARGV[1])
 local maxlen = tonumber(ARGV[2])
@@ -71,19 +78,19 @@ local function xadd(s, keyed)
   local a = ARGV
   if maxlen > 0 then
     if keyed then
-      return redis.pcall('XADD', stream, 'MAXLEN', '~', maxlen, '*', 'id', a[s + 2],
-        'topic', topic, 'payload', a[s + 3], 'headers', a[s + 4], 'created_at', a[s + 5],
-        'key', a[s + 6])
+      return redis.pcall('XADD', stream, 'MAXLEN', '~', maxlen, '*', F_ID, a[s + 2],
+        F_TOPIC, topic, F_PAYLOAD, a[s + 3], F_HEADERS, a[s + 4], F_CREATED_AT, a[s + 5],
+        F_KEY, a[s + 6])
     end
-    return redis.pcall('XADD', stream, 'MAXLEN', '~', maxlen, '*', 'id', a[s + 2],
-      'topic', topic, 'payload', a[s + 3], 'headers', a[s + 4], 'created_at', a[s + 5])
+    return redis.pcall('XADD', stream, 'MAXLEN', '~', maxlen, '*', F_ID, a[s + 2],
+      F_TOPIC, topic, F_PAYLOAD, a[s + 3], F_HEADERS, a[s + 4], F_CREATED_AT, a[s + 5])
   end
   if keyed then
-    return redis.pcall('XADD', stream, '*', 'id', a[s + 2], 'topic', topic,
-      'payload', a[s + 3], 'headers', a[s + 4], 'created_at', a[s + 5], 'key', a[s + 6])
+    return redis.pcall('XADD', stream, '*', F_ID, a[s + 2], F_TOPIC, topic,
+      F_PAYLOAD, a[s + 3], F_HEADERS, a[s + 4], F_CREATED_AT, a[s + 5], F_KEY, a[s + 6])
   end
-  return redis.pcall('XADD', stream, '*', 'id', a[s + 2], 'topic', topic,
-    'payload', a[s + 3], 'headers', a[s + 4], 'created_at', a[s + 5])
+  return redis.pcall('XADD', stream, '*', F_ID, a[s + 2], F_TOPIC, topic,
+    F_PAYLOAD, a[s + 3], F_HEADERS, a[s + 4], F_CREATED_AT, a[s + 5])
 end
 local status = {}
 local errors = {}
@@ -129,9 +136,25 @@ return out
 /// Values sent per event after the call's header (see [`SOURCE`]).
 pub const PER_EVENT: usize = 7;
 
+/// The entry's field names in the order the script's `F_*` locals take them.
+const FIELDS: [&str; 6] = [
+    field::ID,
+    field::TOPIC,
+    field::PAYLOAD,
+    field::HEADERS,
+    field::CREATED_AT,
+    field::KEY,
+];
+
+/// The script's source: [`TEMPLATE`] with the entry's field names written in.
+pub static SOURCE: LazyLock<String> = LazyLock::new(|| {
+    let names: Vec<String> = FIELDS.iter().map(|name| format!("'{name}'")).collect();
+    TEMPLATE.replacen("FIELD_NAMES", &names.join(", "), 1)
+});
+
 /// The script, called by its hash (EVALSHA); after a NOSCRIPT the publisher sends it once with
 /// EVAL, which caches it on the node that ran it.
-pub static PUBLISH: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(SOURCE));
+pub static PUBLISH: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(&SOURCE));
 
 /// What one script call did.
 #[derive(Debug, Clone, PartialEq)]
@@ -194,6 +217,29 @@ pub fn parse_reply(reply: &[String], sent: usize) -> Result<Reply, PublishError>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_scripts_field_names_are_the_shared_cores() {
+        let declared = SOURCE.lines().nth(1).expect("the names' line");
+        assert_eq!(
+            declared,
+            "local F_ID, F_TOPIC, F_PAYLOAD, F_HEADERS, F_CREATED_AT, F_KEY = \
+             'id', 'topic', 'payload', 'headers', 'created_at', 'key'"
+        );
+        for name in FIELDS {
+            let quoted = format!("'{name}'");
+            assert_eq!(
+                TEMPLATE.matches(&quoted).count(),
+                0,
+                "the template spells {quoted} itself instead of using its F_ local"
+            );
+            assert_eq!(
+                SOURCE.matches(&quoted).count(),
+                1,
+                "{quoted} once, declared"
+            );
+        }
+    }
 
     fn reply(parts: &[&str]) -> Vec<String> {
         parts.iter().map(|p| p.to_string()).collect()

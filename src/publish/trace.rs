@@ -2,8 +2,8 @@
 //! trace (OpenTelemetry's messaging conventions: kind producer, `messaging.destination.name`
 //! the stream key), and its entry's headers carry the span's own `traceparent`, so that the
 //! consumer's processing span is the publish span's child. Only while traces are exported
-//! ([`crate::telemetry::traces::enabled`]); otherwise no span is made and the headers go out
-//! as the producer wrote them, its `traceparent` included.
+//! (the publisher's `PublisherConfig::traced`); otherwise no span is made and the headers go
+//! out as the producer wrote them, its `traceparent` included.
 
 use outbox_core::trace::{self, TRACEPARENT};
 use tracing_opentelemetry::OpenTelemetrySpanExt;
@@ -19,9 +19,10 @@ pub(crate) struct Spans {
 }
 
 impl Spans {
-    /// Starts a span for each event of `sent` that carries a trace context.
-    pub(crate) fn start(stream: &str, sent: &[(&StreamEvent, usize)]) -> Spans {
-        if !crate::telemetry::traces::enabled() {
+    /// Starts a span for each event of `sent` that carries a trace context, when `traced`
+    /// (spans are exported).
+    pub(crate) fn start(stream: &str, sent: &[(&StreamEvent, usize)], traced: bool) -> Spans {
+        if !traced {
             return Spans::default();
         }
         let traced = sent

@@ -14,13 +14,13 @@ use actix::{
 };
 use tokio::sync::oneshot;
 
-use super::actors::ActorName;
 use super::cycle::{run_once, CycleDeps, CycleError, CycleReport};
 use super::health::Health;
 use super::messages::{Drain, RetryDue, Wake};
 use super::quiet::{self, Quiet};
 use super::supervision::{catching, Panicked};
 use super::throughput::Throughput;
+use crate::telemetry::ActorName;
 use outbox_core::backoff;
 
 /// What the claimer is doing, as far as starting cycles goes.

@@ -11,7 +11,7 @@ use futures::FutureExt;
 
 use super::periodic::Job;
 use crate::db::{idempotency, outbox, Db, DbError};
-use crate::relay::actors::ActorName;
+use crate::telemetry::ActorName;
 
 /// The cleaner's settings and pool.
 #[derive(Clone)]

@@ -1,6 +1,8 @@
 //! One claim cycle, the relay's hot path, as a plain async function (testable without actix),
-//! in stages: claim (`claim`), group by topic (`settle`, pure), publish (the dispatchers),
-//! settle the outcomes (`settle`, pure), apply (mark, retry plan, commit).
+//! in stages: read the publish gate (`gate`), claim (`claim`), group by topic (`settle`,
+//! pure), publish (each topic through its dispatcher, see `dispatcher`), repair the streams
+//! found to have lost entries (`repair`), settle the outcomes (`settle`, pure), apply (mark,
+//! retry plan, commit).
 //!
 //! Everything happens in one short Postgres transaction, so each published event costs one
 //! row write: lock a batch (`FOR UPDATE SKIP LOCKED`), publish it to Redis, mark it published
@@ -22,9 +24,11 @@ use futures::future::join_all;
 use uuid::Uuid;
 
 use super::claim::{claim_chains, Claim};
-use super::dispatcher::Dispatchers;
+use super::dispatcher::Topics;
+use super::gate::PublishGate;
 use super::messages::Publish;
 use super::overlap::Overlap;
+use super::repair::{self, RepairSettings};
 use super::retry;
 use super::settle::{self, Row, Settled, TopicResult};
 use super::slots::SlotGate;
@@ -39,8 +43,12 @@ use crate::relay::sizing::SizeHint;
 pub struct CycleDeps {
     /// The shared pool.
     pub db: Db,
-    /// The topic registry.
-    pub dispatchers: Dispatchers,
+    /// The topic registry: each topic's dispatcher.
+    pub topics: Topics,
+    /// Whether anything may be sent to Redis now.
+    pub gate: PublishGate,
+    /// What repairing a stream that lost entries needs.
+    pub repair: RepairSettings,
     /// The retry policy (`retry.*`), applied in the cycle's own transaction.
     pub retry: RetrySettings,
     /// What one transaction may claim (`relay.batch_size`, `relay.batch_bytes`).
@@ -126,7 +134,7 @@ impl From<diesel::result::Error> for CycleError {
 pub async fn run_once(deps: &CycleDeps) -> Result<CycleReport, CycleError> {
     super::faults::panic_at("cycle-panic");
     super::faults::stall_at("cycle-stall").await;
-    if deps.dispatchers.publisher().held().is_some() {
+    if deps.gate.held().is_some() {
         // Nothing could be confirmed, or Redis is too full: claim nothing (readiness says
         // why, once).
         return Ok(CycleReport::default());
@@ -232,7 +240,7 @@ async fn claim_and_publish(
         let partitions = recorded_partitions
             .get(&share.topic)
             .copied()
-            .unwrap_or_else(|| deps.dispatchers.configured_partitions(&share.topic));
+            .unwrap_or_else(|| deps.topics.configured_partitions(&share.topic));
         calls.push((
             share.topic.clone(),
             Publish {
@@ -243,7 +251,12 @@ async fn claim_and_publish(
         ));
         rows.push((share.topic, share.rows));
     }
+    if let Some(held) = deps.gate.held() {
+        // Held since the cycle began: nothing is sent, the batch rolls back.
+        return Err(CycleError::Redis(PublishError::Outage(held)).into());
+    }
     let results = publish(c, deps, calls, overlap.then_some(&rows)).await?;
+    let results = repair::stage(deps.topics.publisher(), &deps.db, deps.repair, results).await;
     if let Some(outage) = whole_outage(deps, &results) {
         return Err(CycleError::Redis(outage).into());
     }
@@ -263,7 +276,7 @@ async fn claim_and_publish(
 /// back and the claim loop backs off. (On a cluster each topic's outage is its master's: those
 /// events are postponed, and the cycle commits.)
 fn whole_outage(deps: &CycleDeps, results: &[TopicResult]) -> Option<PublishError> {
-    if deps.dispatchers.publisher().is_cluster() {
+    if deps.topics.publisher().is_cluster() {
         return None;
     }
     let mut errors = results.iter().map(|r| r.as_ref().err());
@@ -282,7 +295,7 @@ async fn publish(
 ) -> Result<Vec<TopicResult>, CycleError> {
     let calls = calls
         .into_iter()
-        .map(|(topic, msg)| async move { deps.dispatchers.publish(&topic, msg).await });
+        .map(|(topic, msg)| async move { deps.topics.publish(&topic, msg).await });
     match overlap_rows {
         Some(rows) => {
             let all: Vec<&str> = rows

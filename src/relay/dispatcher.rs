@@ -1,9 +1,14 @@
-//! One dispatcher actor per topic: it owns the topic's stream and publishes its share of each
-//! batch with deduplicating script calls of about 4 MiB of entries each, on a timer unlinks the topic's retired dedup
-//! sets (a topic whose traffic stopped gets no publish that would), and at its start records
-//! the topic in the registry table and makes its metrics exist. [`Dispatchers`] is the
-//! topic registry that starts them on first use, under a supervisor, and replaces one whose
-//! mailbox closed.
+//! One dispatcher actor per topic, with one duty: publish the topic's share of each batch
+//! (deduplicating script calls of about 4 MiB of entries each, see `publish`) and own the
+//! topic's outage state. Beside it, [`Topics`], the registry the cycle publishes through:
+//! it starts each topic's dispatcher under a supervisor and has it watched like the relay's
+//! other actors (at the relay's start for a configured topic, otherwise when a claim first
+//! meets the topic: any topic name may show up in the outbox), and before a topic is
+//! published with a partition count its streams have not been prepared for, it creates the
+//! declared consumer groups on each of them and records the count in the
+//! `<prefix>partitions` hash, so no entry is appended to a stream before its groups exist.
+//! The per-topic upkeep is periodic jobs' (`registrar`, `sweeper`); repairing a stream that
+//! lost entries is a stage of the cycle (`repair`).
 //!
 //! A publish that fails as a whole (an outage) is answered with a [`TopicOutage`]: the
 //! topic's events wait a pause that doubles with each failure in a row (100 ms to 5 s), and
@@ -12,53 +17,50 @@
 //! costs its own topics a failed call per pause, and the other topics' cycles nothing.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
 use actix::{
-    Actor, ActorContext, ActorFutureExt, Addr, AsyncContext, Context, Handler, ResponseActFuture,
-    Supervised, Supervisor, WrapFuture,
+    Actor, ActorContext, ActorFutureExt, Addr, Context, Handler, ResponseActFuture, Supervised,
+    Supervisor, WrapFuture,
 };
 use uuid::Uuid;
 
-use super::actors::ActorName;
 use super::messages::{Publish, TopicOutage};
-use super::supervision::{catching, Panicked};
+use super::supervision::{catching, Panicked, Watched};
 use crate::config::GroupSpec;
-use crate::db::{topics, Db};
-use crate::publish::{keys, Behind, Outcome, PublishError, Publisher};
-use crate::relay::repair::{self, RepairSettings};
+use crate::publish::{Outcome, PublishError, Publisher};
+use crate::telemetry::ActorName;
 use outbox_core::backoff;
 
 /// Publishes one topic.
 pub struct Dispatcher {
     topic: String,
     publisher: Publisher,
-    db: Db,
     /// The topic's outage, while its publishes fail as a whole.
     down: Option<Down>,
-    /// The topic's declared consumer groups.
-    groups: Arc<[GroupSpec]>,
-    /// The topic's partitions as last known: configured at start, then as each batch says.
-    partitions: u32,
-    /// The partition count whose streams have the declared groups and whose count is in the
-    /// `<prefix>partitions` hash (made by this dispatcher or found there).
-    ready_for: Option<u32>,
-    /// What repairing a stream that lost entries needs.
-    repair: RepairSettings,
 }
 
 /// A topic's publishes failing in a row.
 struct Down {
     /// Failed publishes in a row.
     streak: u32,
-    /// The last failure.
+    /// The last failure, as an outage: answered again while the pause runs.
     error: PublishError,
     /// On a cluster: publishes fail at once until then.
     until: Option<Instant>,
 }
 
 impl Dispatcher {
+    /// The dispatcher of `topic`, not yet down.
+    pub fn new(topic: String, publisher: Publisher) -> Self {
+        Dispatcher {
+            topic,
+            publisher,
+            down: None,
+        }
+    }
+
     /// While the topic's pause runs (cluster only), the outage to answer without asking Redis.
     fn still_down(&self) -> Option<TopicOutage> {
         let down = self.down.as_ref()?;
@@ -91,9 +93,15 @@ impl Dispatcher {
                     .publisher
                     .is_cluster()
                     .then(|| Instant::now() + retry_in);
+                // A loss is repaired once, by the cycle that met it: the answers given
+                // during the pause are plain outages.
+                let remembered = match &error {
+                    PublishError::Behind(behind) => PublishError::Outage(behind.to_string()),
+                    other => other.clone(),
+                };
                 self.down = Some(Down {
                     streak,
-                    error: error.clone(),
+                    error: remembered,
                     until,
                 });
                 Err(TopicOutage { error, retry_in })
@@ -104,48 +112,6 @@ impl Dispatcher {
 
 impl Actor for Dispatcher {
     type Context = Context<Self>;
-
-    fn started(&mut self, ctx: &mut Context<Self>) {
-        crate::telemetry::topic_known(&self.topic);
-        let (db, topic, partitions) = (self.db.clone(), self.topic.clone(), self.partitions);
-        actix::spawn(async move {
-            let registered = async {
-                db.unit(async |c| topics::register(c, &topic, partitions).await)
-                    .await
-            };
-            if let Err(e) = registered.await {
-                tracing::debug!(%topic, error = %e, "topic not registered; the next start tries again");
-            }
-        });
-        let every = keys::sweep_every(self.publisher.config().dedup_window);
-        ctx.run_interval(every, |me, _| {
-            let publisher = me.publisher.clone();
-            let (topic, partitions) = (me.topic.clone(), me.partitions);
-            // Beside the publishes, not ahead of them in the mailbox.
-            actix::spawn(async move {
-                match publisher.sweep(&topic, partitions).await {
-                    Ok(0) => {}
-                    Ok(n) => tracing::debug!(%topic, sets = n, "retired dedup sets unlinked"),
-                    Err(e) => tracing::debug!(%topic, error = %e, "dedup sweep skipped"),
-                }
-            });
-        });
-        if !self.groups.is_empty() || self.partitions > 1 {
-            let partitions = self.partitions;
-            let (publisher, topic, groups) = (
-                self.publisher.clone(),
-                self.topic.clone(),
-                self.groups.clone(),
-            );
-            let made = async move { prepare(&publisher, &topic, &groups, partitions).await };
-            ctx.spawn(made.into_actor(self).map(move |result, act, _| match result {
-                Ok(()) => act.ready_for = Some(partitions),
-                Err(e) => {
-                    tracing::debug!(topic = %act.topic, error = %e, "consumer groups wait for the first publish")
-                }
-            }));
-        }
-    }
 }
 
 impl Supervised for Dispatcher {
@@ -164,34 +130,16 @@ impl Handler<Publish> for Dispatcher {
         }
         let publisher = self.publisher.clone();
         let topic = self.topic.clone();
-        let partitions = msg.partitions;
-        self.partitions = partitions;
-        let groups = (self.ready_for != Some(partitions)).then(|| self.groups.clone());
-        let (db, repair) = (self.db.clone(), self.repair);
         let publish = async move {
-            if let Some(groups) = &groups {
-                prepare(&publisher, &topic, groups, partitions).await?;
-            }
-            match publisher
-                .publish(&topic, &msg.chains, msg.maxlen, partitions)
+            super::faults::panic_at("dispatch-panic");
+            publisher
+                .publish(&topic, &msg.chains, msg.maxlen, msg.partitions)
                 .await
-            {
-                Err(PublishError::Behind(behind)) => {
-                    Err(repaired(&publisher, &db, &behind, repair).await)
-                }
-                other => other,
-            }
         };
         Box::pin(
             catching(ActorName::Dispatcher, publish)
                 .into_actor(self)
                 .map(move |result, act, ctx| {
-                    match &result {
-                        Ok(Ok(_)) => act.ready_for = Some(partitions),
-                        // Its streams may have lost their groups too.
-                        Ok(Err(_)) => act.ready_for = None,
-                        Err(_) => {}
-                    }
                     let result = result.unwrap_or_else(|Panicked| {
                         // Restarted by its supervisor; the topic's events wait as after an
                         // outage.
@@ -207,69 +155,44 @@ impl Handler<Publish> for Dispatcher {
     }
 }
 
-/// After the publish found a stream behind what the relay appended: repairs it, and fails the
-/// batch as an outage, so it rolls back and the lost events, now pending again with lower
-/// `seq`, are claimed before it.
-async fn repaired(
-    publisher: &Publisher,
-    db: &Db,
-    behind: &Behind,
-    settings: RepairSettings,
-) -> PublishError {
-    match repair::repair(publisher, db, behind, settings).await {
-        Ok(repaired) => {
-            if !repaired.lost.is_empty() || repaired.unrepairable.is_some() {
-                crate::telemetry::redis_lost(behind, &repaired);
-            } else {
-                tracing::info!(stream = %behind.stream, "{behind}: every event marked published is still there (the entries lost were never confirmed)");
-            }
-            PublishError::Outage(format!(
-                "{behind}; {} events queued to be published again",
-                repaired.requeued
-            ))
-        }
-        Err(e) => PublishError::Outage(format!("{behind}; repair failed, retried: {e}")),
-    }
-}
-
-/// Before a topic's first publish with `partitions` streams: the declared groups on each of
-/// them, and the count in the `<prefix>partitions` hash (a topic of one partition has no field
-/// there unless configured).
-async fn prepare(
-    publisher: &Publisher,
-    topic: &str,
-    groups: &[GroupSpec],
-    partitions: u32,
-) -> Result<(), PublishError> {
-    publisher.ensure_groups(topic, groups, partitions).await?;
-    if partitions > 1 {
-        publisher.record_partitions(topic, partitions).await?;
-    }
-    Ok(())
-}
-
-/// The running dispatchers by topic: each started at its topic's first publish (or at start,
-/// for a topic with declared groups).
+/// The running dispatchers and what each topic's streams have. Cheap to clone.
 #[derive(Clone)]
-pub struct Dispatchers {
+pub struct Topics {
     publisher: Publisher,
-    db: Db,
     groups: Arc<HashMap<String, Arc<[GroupSpec]>>>,
     /// Configured partition counts (a topic not here has one).
     partitions: Arc<HashMap<String, u32>>,
-    by_topic: Arc<Mutex<HashMap<String, Addr<Dispatcher>>>>,
-    repair: RepairSettings,
+    by_topic: Arc<Mutex<HashMap<String, Known>>>,
+    watched: Watched,
 }
 
-impl Dispatchers {
-    /// An empty registry; dispatchers start when their topic first shows up, and record it in
-    /// the topic registry table (through `db`). `groups` are the declared consumer groups.
+/// One topic as this replica knows it.
+struct Known {
+    dispatcher: Addr<Dispatcher>,
+    /// The partition count it was last published with (or is configured with).
+    partitions: u32,
+    /// The count whose streams have the declared groups and whose count is in the
+    /// `<prefix>partitions` hash.
+    prepared_for: Option<u32>,
+}
+
+/// A topic seen by this replica, for the topic keeper.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SeenTopic {
+    /// Its name.
+    pub topic: String,
+    /// Its partition count as last published.
+    pub partitions: u32,
+}
+
+impl Topics {
+    /// An empty registry: `groups` are the declared consumer groups, `partitions` the
+    /// configured counts; each started dispatcher is added to `watched`.
     pub fn new(
         publisher: Publisher,
-        db: Db,
         groups: &[GroupSpec],
         partitions: HashMap<String, u32>,
-        repair: RepairSettings,
+        watched: Watched,
     ) -> Self {
         let mut by_topic: HashMap<String, Vec<GroupSpec>> = HashMap::new();
         for group in groups {
@@ -278,9 +201,8 @@ impl Dispatchers {
                 .or_default()
                 .push(group.clone());
         }
-        Dispatchers {
+        Topics {
             publisher,
-            db,
             groups: Arc::new(
                 by_topic
                     .into_iter()
@@ -288,9 +210,13 @@ impl Dispatchers {
                     .collect(),
             ),
             partitions: Arc::new(partitions),
-            by_topic: Arc::new(Mutex::new(HashMap::new())),
-            repair,
+            by_topic: Arc::default(),
+            watched,
         }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, Known>> {
+        self.by_topic.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The configured partitions of `topic` (1 when not configured).
@@ -298,68 +224,124 @@ impl Dispatchers {
         self.partitions.get(topic).copied().unwrap_or(1)
     }
 
-    /// Starts the dispatcher of every topic with declared groups or partitions, which creates
-    /// the groups on every stream and records the count at once.
-    pub fn start_grouped(&self) {
-        for topic in self.groups.keys().chain(self.partitions.keys()) {
-            self.ensure_running(topic);
-        }
-    }
-
-    /// Starts the topic's dispatcher unless one is running (a dispatcher whose mailbox closed
-    /// is replaced), and returns its address. Must run inside the actix system.
-    pub fn ensure_running(&self, topic: &str) -> Addr<Dispatcher> {
-        let mut map = match self.by_topic.lock() {
-            Ok(map) => map,
-            Err(poisoned) => poisoned.into_inner(),
-        };
-        if let Some(addr) = map.get(topic) {
-            if addr.connected() {
-                return addr.clone();
-            }
-        }
-        let addr = self.start(topic);
-        map.insert(topic.to_string(), addr.clone());
-        addr
-    }
-
     /// The shared publisher.
     pub fn publisher(&self) -> &Publisher {
         &self.publisher
     }
 
-    /// A new dispatcher for `topic`, under a supervisor.
-    fn start(&self, topic: &str) -> Addr<Dispatcher> {
-        let dispatcher = Dispatcher {
-            topic: topic.to_string(),
-            publisher: self.publisher.clone(),
-            db: self.db.clone(),
-            down: None,
-            groups: self
-                .groups
-                .get(topic)
-                .cloned()
-                .unwrap_or_else(|| Arc::new([])),
-            partitions: self.configured_partitions(topic),
-            ready_for: None,
-            repair: self.repair,
-        };
-        Supervisor::start(move |_| dispatcher)
+    /// At the relay's start: the dispatcher of every configured topic (declared groups or
+    /// partitions), whose groups and count are made at once, before any event shows up. A
+    /// topic whose streams cannot be prepared now is prepared before its first publish.
+    /// Must run inside the actix system.
+    pub fn start_configured(&self) {
+        let configured: Vec<String> = self
+            .groups
+            .keys()
+            .chain(self.partitions.keys())
+            .cloned()
+            .collect();
+        for topic in configured {
+            self.dispatcher(&topic);
+            let me = self.clone();
+            actix::spawn(async move {
+                let partitions = me.configured_partitions(&topic);
+                if let Err(e) = me.prepare(&topic, partitions).await {
+                    tracing::debug!(%topic, error = %e, "consumer groups wait for the first publish");
+                }
+            });
+        }
     }
 
-    /// Publishes one topic's chains through its dispatcher.
+    /// The topic's dispatcher, started (and watched) when the topic is new. A dispatcher that
+    /// died for good is not replaced: the watchdog ends the process.
+    fn dispatcher(&self, topic: &str) -> Addr<Dispatcher> {
+        let mut map = self.lock();
+        if let Some(known) = map.get(topic) {
+            return known.dispatcher.clone();
+        }
+        let dispatcher = Dispatcher::new(topic.to_string(), self.publisher.clone());
+        let addr = Supervisor::start(move |_| dispatcher);
+        self.watched.add(ActorName::Dispatcher, &addr);
+        crate::telemetry::topic_known(topic);
+        map.insert(
+            topic.to_string(),
+            Known {
+                dispatcher: addr.clone(),
+                partitions: self.configured_partitions(topic),
+                prepared_for: None,
+            },
+        );
+        addr
+    }
+
+    /// Makes `topic`'s `partitions` streams ready for entries unless they are known to be:
+    /// the declared groups on each, and the count in the `<prefix>partitions` hash (a topic
+    /// of one partition has no field there unless configured).
+    async fn prepare(&self, topic: &str, partitions: u32) -> Result<(), PublishError> {
+        let groups = {
+            let map = self.lock();
+            if map.get(topic).and_then(|k| k.prepared_for) == Some(partitions) {
+                return Ok(());
+            }
+            self.groups.get(topic).cloned()
+        };
+        let groups = groups.unwrap_or_else(|| Arc::new([]));
+        self.publisher
+            .ensure_groups(topic, &groups, partitions)
+            .await?;
+        if partitions > 1 {
+            self.publisher.record_partitions(topic, partitions).await?;
+        }
+        self.prepared(topic, Some(partitions));
+        Ok(())
+    }
+
+    fn prepared(&self, topic: &str, partitions: Option<u32>) {
+        if let Some(known) = self.lock().get_mut(topic) {
+            known.prepared_for = partitions;
+            if let Some(partitions) = partitions {
+                known.partitions = partitions;
+            }
+        }
+    }
+
+    /// Publishes one topic's chains: its streams prepared first if need be, then through its
+    /// dispatcher. A failure of either is the topic's outage.
     pub async fn publish(
         &self,
         topic: &str,
         msg: Publish,
     ) -> Result<Vec<(Uuid, Outcome)>, TopicOutage> {
-        let addr = self.ensure_running(topic);
-        match addr.send(msg).await {
+        let addr = self.dispatcher(topic);
+        let partitions = msg.partitions;
+        if let Err(error) = self.prepare(topic, partitions).await {
+            return Err(TopicOutage {
+                error,
+                retry_in: backoff::outage_pause(1, backoff::unit()),
+            });
+        }
+        let result = match addr.send(msg).await {
             Ok(result) => result,
             Err(e) => Err(TopicOutage {
                 error: PublishError::Outage(format!("dispatcher of {topic} is gone: {e}")),
                 retry_in: backoff::outage_pause(1, backoff::unit()),
             }),
+        };
+        if result.is_err() {
+            // Its streams may have lost their groups too.
+            self.prepared(topic, None);
         }
+        result
+    }
+
+    /// Every topic this replica has a dispatcher for.
+    pub fn seen(&self) -> Vec<SeenTopic> {
+        self.lock()
+            .iter()
+            .map(|(topic, known)| SeenTopic {
+                topic: topic.clone(),
+                partitions: known.partitions,
+            })
+            .collect()
     }
 }

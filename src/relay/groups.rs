@@ -15,7 +15,7 @@ use crate::config::GroupSpec;
 use crate::publish::groups::Trim;
 use crate::publish::inspect::InspectError;
 use crate::publish::{keys, PublishError, Publisher};
-use crate::relay::actors::ActorName;
+use crate::telemetry::ActorName;
 
 /// Why a run of the keeper failed.
 #[derive(Debug, thiserror::Error)]

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use super::actors::ActorName;
+use crate::telemetry::ActorName;
 
 /// A background check older than this no longer counts: the checker itself is stuck.
 const CHECK_FRESH_FOR: Duration = Duration::from_secs(5);

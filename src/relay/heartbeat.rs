@@ -13,7 +13,7 @@ use futures::FutureExt;
 use super::periodic::Job;
 use super::throughput::Throughput;
 use crate::db::{replicas, Db, DbError};
-use crate::relay::actors::ActorName;
+use crate::telemetry::ActorName;
 
 /// This replica's identity and pool.
 #[derive(Clone)]

@@ -9,11 +9,11 @@ use actix::{
 use diesel_async::SimpleAsyncConnection;
 use futures::StreamExt;
 
-use super::actors::ActorName;
 use super::messages::Wake;
 use crate::db::pool::{establish, Drivers};
 use crate::db::DbError;
 use crate::db::Session;
+use crate::telemetry::ActorName;
 
 /// The channel the outbox trigger notifies.
 pub const CHANNEL: &str = "outbox_events";

@@ -10,10 +10,10 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use futures::FutureExt;
 
-use super::actors::ActorName;
 use super::periodic::Job;
 use crate::db::{stream_marks, topics, Db, DbError};
 use crate::publish::Publisher;
+use crate::telemetry::ActorName;
 
 /// How often risen marks are saved.
 const EVERY: Duration = Duration::from_secs(1);

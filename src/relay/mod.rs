@@ -4,31 +4,35 @@
 //!  NOTIFY ──► listener ──Wake──► claimer ──Publish──► dispatcher (one per topic) ──► Redis
 //!  timer  ───────────────Wake──►    │  ◄──outcomes──┘
 //!  retry scheduler ◄──RetryDue──────┘  (──Wake──► claimer when a retry comes due)
-//!  retention cleaner, heartbeat, backlog sampler, group keeper, readiness: periodic jobs
+//!  readiness ──reports──► publish gate ◄──reads── claim cycle
+//!  retention cleaner, heartbeat, backlog sampler, group keeper, readiness, marks keeper,
+//!  topic registrar, dedup sweeper: periodic jobs (`periodic`)
 //! ```
-//! Every actor runs under an actix `Supervisor`: one that stops, or panics in its work, is
-//! restarted on its own, without touching the others or the process (see `supervision`).
-//! A cycle is `cycle::run_once`: claim (`claim`), group and settle (`settle`, pure), publish
-//! (the dispatchers), apply the retry policy (`retry`), commit.
+//! Every actor runs under an actix `Supervisor` and is watched: one that stops, or panics in
+//! its work, is restarted on its own, without touching the others or the process; one that
+//! dies for good ends the process (see `supervision`). Dispatchers start with their topic
+//! (`dispatcher::Topics`). A cycle is `cycle::run_once`: read the gate (`gate`), claim (`claim`), group
+//! and settle (`settle`, pure), publish (the dispatchers), repair lost entries (`repair`),
+//! apply the retry policy (`retry`), commit.
 
-pub mod actors;
 pub mod claim;
 pub mod claimer;
 pub mod cleaner;
 pub mod cycle;
 pub mod dispatcher;
 pub mod faults;
+pub mod gate;
 pub mod groups;
 pub mod health;
 pub mod heartbeat;
 pub mod listener;
 pub mod marks;
 pub mod messages;
-pub mod ordering;
 pub mod overlap;
 pub mod periodic;
 pub mod quiet;
 pub mod readiness;
+pub mod registrar;
 pub mod repair;
 pub mod retry;
 pub mod settle;
@@ -36,6 +40,7 @@ pub mod sizing;
 pub mod slots;
 pub mod stats;
 pub mod supervision;
+pub mod sweeper;
 pub mod throughput;
 
 use std::sync::Arc;
@@ -47,11 +52,12 @@ use chrono::Utc;
 use crate::config::Settings;
 use crate::db::Db;
 use crate::publish::Publisher;
-use actors::ActorName;
+use crate::telemetry::ActorName;
 use claimer::{Claimer, ClaimerConfig};
 use cleaner::Cleaner;
 use cycle::CycleDeps;
-use dispatcher::Dispatchers;
+use dispatcher::Topics;
+use gate::PublishGate;
 use health::Health;
 use heartbeat::Heartbeat;
 use listener::Listener;
@@ -92,9 +98,17 @@ pub struct Wiring<'a> {
 /// Starts every actor, each under a supervisor and watched (see `supervision`). Must be
 /// called inside the actix system.
 pub fn start(wiring: Wiring<'_>) -> RelayHandle {
-    let mut watched = Watched::default();
+    let watched = Watched::default();
     let throughput = Arc::new(Throughput::new());
-    let claimer = start_claiming(&wiring, throughput.clone(), &mut watched);
+    let settings = wiring.settings;
+    let topics = Topics::new(
+        wiring.publisher.clone(),
+        &settings.groups,
+        settings.configured_partitions(),
+        watched.clone(),
+    );
+    let gate = PublishGate::new(settings.redis.wait_fsync);
+    let claimer = start_claiming(&wiring, &topics, &gate, throughput.clone(), &watched);
     let heartbeat = Heartbeat {
         db: wiring.db.clone(),
         instance_id: wiring.settings.instance_id(),
@@ -103,7 +117,7 @@ pub fn start(wiring: Wiring<'_>) -> RelayHandle {
         leaving: Arc::default(),
         throughput,
     };
-    start_periodic(&wiring, heartbeat.clone(), &mut watched);
+    start_periodic(&wiring, &topics, &gate, heartbeat.clone(), &watched);
     RelayHandle {
         claimer,
         heartbeat,
@@ -111,26 +125,24 @@ pub fn start(wiring: Wiring<'_>) -> RelayHandle {
     }
 }
 
-/// The claim path: the dispatchers of topics with declared groups, the retry scheduler, the
-/// claimer and (unless polling only) the listener that wakes it.
+/// The claim path: the dispatchers of configured topics, the retry scheduler, the claimer
+/// and (unless polling only) the listener that wakes it.
 fn start_claiming(
     wiring: &Wiring<'_>,
+    topics: &Topics,
+    gate: &PublishGate,
     throughput: Arc<Throughput>,
-    watched: &mut Watched,
+    watched: &Watched,
 ) -> Addr<Claimer> {
     let settings = wiring.settings;
     let deps = CycleDeps {
         db: wiring.db.clone(),
-        dispatchers: Dispatchers::new(
-            wiring.publisher.clone(),
-            wiring.db.clone(),
-            &settings.groups,
-            settings.configured_partitions(),
-            repair::RepairSettings {
-                kept_for: settings.retention.published_for,
-                lease: settings.relay.lease,
-            },
-        ),
+        topics: topics.clone(),
+        gate: gate.clone(),
+        repair: repair::RepairSettings {
+            kept_for: settings.retention.published_for,
+            lease: settings.relay.lease,
+        },
         retry: settings.retry.clone(),
         limits: crate::db::outbox::BatchLimits {
             rows: i64::from(settings.relay.batch_size),
@@ -141,7 +153,7 @@ fn start_claiming(
         overlap: overlap::Overlap::new(settings.relay.overlap_mark),
         slots: slots::SlotGate::new(settings.relay.cluster_claims as i32),
     };
-    deps.dispatchers.start_grouped();
+    topics.start_configured();
     let config = ClaimerConfig {
         poll_interval: settings.relay.poll_interval,
         workers: settings.relay.workers as usize,
@@ -155,7 +167,7 @@ fn start_claiming(
     });
     watched.add(ActorName::Claimer, &claimer);
     if !settings.poll_only() {
-        let session = settings.session();
+        let session = wiring.db.session();
         let url = wiring.database_url.to_string();
         let wake = claimer.clone().recipient();
         let listener = Supervisor::start(move |_| Listener::new(url, session, wake));
@@ -165,9 +177,16 @@ fn start_claiming(
 }
 
 /// The periodic jobs: retention, heartbeat, the group keeper (with declared groups), the
-/// backlog sampler and the readiness check.
-fn start_periodic(wiring: &Wiring<'_>, heartbeat: Heartbeat, watched: &mut Watched) {
-    fn periodic<J: periodic::Job>(job: J, watched: &mut Watched) {
+/// backlog sampler, the marks keeper, the readiness check, the topic registrar and the dedup
+/// sweeper.
+fn start_periodic(
+    wiring: &Wiring<'_>,
+    topics: &Topics,
+    gate: &PublishGate,
+    heartbeat: Heartbeat,
+    watched: &Watched,
+) {
+    fn periodic<J: periodic::Job>(job: J, watched: &Watched) {
         watched.add(J::ACTOR, &Supervisor::start(move |_| Periodic::new(job)));
     }
     let settings = wiring.settings;
@@ -215,7 +234,18 @@ fn start_periodic(wiring: &Wiring<'_>, heartbeat: Heartbeat, watched: &mut Watch
             db: wiring.admin_db.clone(),
             publisher: wiring.publisher.clone(),
             health: wiring.health.clone(),
+            gate: gate.clone(),
             max_memory_ratio: settings.redis.max_memory_ratio,
+        },
+        watched,
+    );
+    periodic(
+        registrar::TopicRegistrar::new(wiring.db.clone(), topics.clone()),
+        watched,
+    );
+    periodic(
+        sweeper::DedupSweeper {
+            topics: topics.clone(),
         },
         watched,
     );

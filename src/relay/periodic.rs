@@ -1,16 +1,27 @@
 //! A supervised actor that runs one maintenance job on a timer, one run at a time.
 //!
-//! The retention cleaner, the heartbeat and the backlog sampler are each a [`Job`]: a config
-//! and a `run_once` returning a result. The actor only schedules; a failed run is logged and
-//! counted and the next tick tries again, so an outage never turns into a restart loop; a
-//! panic in a run restarts the actor (see `supervision`).
+//! Each maintenance duty is a [`Job`]: a config and a `run_once` returning a result. The jobs:
+//!
+//! - `cleaner::Cleaner`: the retention cleaner, deleting old published rows;
+//! - `heartbeat::Heartbeat`: this replica's row in `outbox_replicas`;
+//! - `stats::BacklogSampler`: the pending, dead and oldest-age gauges;
+//! - `groups::GroupKeeper`: declared groups' lag metrics, and `redis.trim_acked`;
+//! - `readiness::ReadinessCheck`: the Postgres and Redis pings `/readyz` answers from;
+//! - `marks::MarksKeeper`: the streams' marks loaded, saved, and repaired topics' barriers
+//!   lifted;
+//! - `registrar::TopicRegistrar`: the topics met recorded in `outbox_topics`;
+//! - `sweeper::DedupSweeper`: the topics' retired dedup sets unlinked.
+//!
+//! The actor only schedules; a failed run is logged and counted and the next tick tries
+//! again, so an outage never turns into a restart loop; a panic in a run restarts the actor
+//! (see `supervision`).
 
 use std::time::Duration;
 
 use actix::{Actor, ActorContext, ActorFutureExt, AsyncContext, Context, Supervised, WrapFuture};
 use futures::future::BoxFuture;
 
-use super::actors::ActorName;
+use crate::telemetry::ActorName;
 
 /// One maintenance duty.
 pub trait Job: Clone + Unpin + 'static {

@@ -1,6 +1,7 @@
 //! The background readiness check: pings Postgres (through the admin's pool) and Redis every
 //! second, each with a timeout, and leaves the result in `Health`, so `/readyz` answers at once
-//! from what it finds there, outage or not.
+//! from what it finds there, outage or not. What it finds about Redis's durability and memory
+//! it also reports to the [`PublishGate`], which the claim cycle reads.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,9 +11,10 @@ use futures::FutureExt;
 
 use crate::db::{Db, DbError};
 use crate::publish::Publisher;
-use crate::relay::actors::ActorName;
+use crate::relay::gate::PublishGate;
 use crate::relay::health::Health;
 use crate::relay::periodic::Job;
+use crate::telemetry::ActorName;
 
 /// How often both servers are pinged.
 const EVERY: Duration = Duration::from_secs(1);
@@ -28,6 +30,8 @@ pub struct ReadinessCheck {
     pub publisher: Publisher,
     /// Where the result goes.
     pub health: Arc<Health>,
+    /// Where the durability and memory verdicts go.
+    pub gate: PublishGate,
     /// `redis.max_memory_ratio`: above it, publishing holds.
     pub max_memory_ratio: f64,
 }
@@ -43,6 +47,7 @@ async fn postgres_ok(db: &Db) -> bool {
 /// naming the setting, so a misconfigured Redis gives one line, not one a second.
 async fn durability_ok(check: &ReadinessCheck) -> bool {
     let result = check.publisher.check_durability().await;
+    check.gate.report_durability(result.clone());
     let was = check.health.readiness().durability;
     match &result {
         Err(e) if was => {
@@ -79,7 +84,7 @@ async fn memory_ok(check: &ReadinessCheck) -> bool {
                 ratio = ratio_now,
                 "Redis has room again: publishing resumes"
             );
-            check.publisher.hold_for_memory(None);
+            check.gate.report_memory(None);
         } else {
             let why = format!(
                 "Redis uses {:.0}% of its maxmemory, above redis.max_memory_ratio ({:.0}%): publishing holds until it has room",
@@ -87,7 +92,7 @@ async fn memory_ok(check: &ReadinessCheck) -> bool {
                 limit * 100.0
             );
             tracing::error!(ratio = ratio_now, "{why}");
-            check.publisher.hold_for_memory(Some(why));
+            check.gate.report_memory(Some(why));
         }
     }
     ok

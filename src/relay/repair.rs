@@ -8,12 +8,18 @@
 //! in order. The margin before the surviving end covers a claim's length and clock skew
 //! between the relay and Redis (`published_at` is the claim transaction's start). What
 //! retention has deleted cannot be published again: it is reported with its range.
+//!
+//! It is a stage of the claim cycle ([`stage`]): a topic whose publish found its stream
+//! behind is repaired after the publish stage, and its batch fails as an outage, so it rolls
+//! back (or is postponed) and the lost events, pending again with lower `seq`, go first.
 
 use std::time::Duration;
 
 use chrono::{DateTime, TimeZone, Utc};
 use uuid::Uuid;
 
+use super::messages::TopicOutage;
+use super::settle::TopicResult;
 use crate::db::outbox::republish;
 use crate::db::{Db, DbError};
 use crate::publish::{partition_of, Behind, PublishError, Publisher};
@@ -56,6 +62,63 @@ fn at_ms(ms: u64) -> DateTime<Utc> {
     Utc.timestamp_millis_opt(i64::try_from(ms).unwrap_or(i64::MAX))
         .single()
         .unwrap_or_else(Utc::now)
+}
+
+/// The repair stage of a cycle: each topic whose publish found its stream behind is
+/// repaired, and its result becomes an outage saying what was queued again.
+pub async fn stage(
+    publisher: &Publisher,
+    db: &Db,
+    settings: RepairSettings,
+    results: Vec<TopicResult>,
+) -> Vec<TopicResult> {
+    let mut repaired = Vec::with_capacity(results.len());
+    for result in results {
+        repaired.push(match result {
+            Err(TopicOutage {
+                error: PublishError::Behind(behind),
+                retry_in,
+            }) => Err(TopicOutage {
+                error: repair_reported(publisher, db, &behind, settings).await,
+                retry_in,
+            }),
+            other => other,
+        });
+    }
+    repaired
+}
+
+/// Repairs `behind`'s stream and reports the loss; the outage its batch fails with.
+async fn repair_reported(
+    publisher: &Publisher,
+    db: &Db,
+    behind: &Behind,
+    settings: RepairSettings,
+) -> PublishError {
+    match repair(publisher, db, behind, settings).await {
+        Ok(repaired) => {
+            if !repaired.lost.is_empty() || repaired.unrepairable.is_some() {
+                crate::telemetry::redis_lost(&crate::telemetry::RedisLoss {
+                    topic: &behind.topic,
+                    stream: &behind.stream,
+                    appended_up_to: behind.mark.to_string(),
+                    ends_at: behind
+                        .last
+                        .map_or_else(|| "nothing (no stream)".to_string(), |l| l.to_string()),
+                    lost: repaired.lost.len(),
+                    requeued: repaired.requeued,
+                    unrepairable: repaired.unrepairable.as_deref(),
+                });
+            } else {
+                tracing::info!(stream = %behind.stream, "{behind}: every event marked published is still there (the entries lost were never confirmed)");
+            }
+            PublishError::Outage(format!(
+                "{behind}; {} events queued to be published again",
+                repaired.requeued
+            ))
+        }
+        Err(e) => PublishError::Outage(format!("{behind}; repair failed, retried: {e}")),
+    }
 }
 
 /// Finds what `behind`'s stream lost and queues it to be published again.

@@ -12,7 +12,7 @@ use futures::FutureExt;
 use super::health::Health;
 use super::periodic::Job;
 use crate::db::{outbox, topics, Db, DbError};
-use crate::relay::actors::ActorName;
+use crate::telemetry::ActorName;
 
 /// The sampler's pool and interval.
 #[derive(Clone)]

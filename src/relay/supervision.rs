@@ -9,12 +9,13 @@
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use actix::{Actor, Addr};
 use futures::FutureExt;
 
-use super::actors::ActorName;
+use crate::telemetry::ActorName;
 
 /// The work panicked; the message is in the log.
 #[derive(Debug)]
@@ -32,24 +33,31 @@ pub async fn catching<F: Future>(actor: ActorName, work: F) -> Result<F::Output,
 }
 
 /// Whether an actor's mailbox is still open.
-type Alive = Box<dyn Fn() -> bool>;
+type Alive = Box<dyn Fn() -> bool + Send>;
 
-/// The relay's long-lived actors, by name, for the watchdog.
-#[derive(Default)]
+/// The relay's long-lived actors, by name, for the watchdog: those started with the relay and
+/// those started later (a topic's dispatcher, when the topic first shows up). Clones share
+/// the list.
+#[derive(Default, Clone)]
 pub struct Watched {
-    actors: Vec<(ActorName, Alive)>,
+    actors: Arc<Mutex<Vec<(ActorName, Alive)>>>,
 }
 
 impl Watched {
     /// Watches `addr` under `name`.
-    pub fn add<A: Actor>(&mut self, name: ActorName, addr: &Addr<A>) {
+    pub fn add<A: Actor>(&self, name: ActorName, addr: &Addr<A>) {
         let addr = addr.clone();
-        self.actors.push((name, Box::new(move || addr.connected())));
+        self.actors
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((name, Box::new(move || addr.connected())));
     }
 
     /// The first actor whose mailbox is closed.
     pub fn lost(&self) -> Option<ActorName> {
         self.actors
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
             .iter()
             .find(|(_, alive)| !alive())
             .map(|(name, _)| *name)

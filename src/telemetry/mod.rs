@@ -1,7 +1,8 @@
 //! Telemetry as functions: each event of interest logs and counts in one place, so logs and
 //! metrics never drift apart. Metrics use the `metrics` facade with the Prometheus exporter
-//! (rendered by `/metrics`; no extra HTTP listener). The functions take plain values, so this
-//! module depends on no other part of the crate.
+//! (rendered by `/metrics`; no extra HTTP listener). The functions take plain values (and the
+//! types defined here: [`ActorName`], [`RedisLoss`]), so this module depends on no other part
+//! of the crate but the settings' `log.format`.
 
 use std::collections::HashMap;
 use std::fmt::Display;
@@ -13,8 +14,10 @@ use uuid::Uuid;
 
 use crate::config::LogFormat;
 
+pub mod actors;
 pub mod traces;
-use crate::relay::actors::ActorName;
+
+pub use actors::ActorName;
 
 const LATENCY_BUCKETS: &[f64] = &[
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
@@ -22,8 +25,10 @@ const LATENCY_BUCKETS: &[f64] = &[
 
 /// The jobs whose failures are counted (`outbox_job_failures_total{task}`): the periodic
 /// actors and the listener.
-const JOBS: [ActorName; 6] = [
+const JOBS: [ActorName; 8] = [
     ActorName::Listener,
+    ActorName::Registrar,
+    ActorName::Sweeper,
     ActorName::Retention,
     ActorName::Heartbeat,
     ActorName::Backlog,
@@ -129,6 +134,10 @@ pub fn install_metrics() -> Option<PrometheusHandle> {
         "outbox_outage_cycles_total",
         "Claim cycles rolled back by an outage (no attempt consumed)"
     );
+    metrics::describe_counter!(
+        "outbox_claim_cycles_total",
+        "Claim cycles committed, those that found nothing (or were held) included"
+    );
     // Every metric a dashboard or an absent() alert relies on is in the first scrape.
     gauge!("outbox_producers_quiet").set(0.0);
     gauge!("outbox_events_pending").set(0.0);
@@ -137,6 +146,7 @@ pub fn install_metrics() -> Option<PrometheusHandle> {
     let _ = histogram!("outbox_publish_duration_seconds");
     let _ = histogram!("outbox_event_latency_seconds");
     counter!("outbox_outage_cycles_total").absolute(0);
+    counter!("outbox_claim_cycles_total").absolute(0);
     for name in [
         "outbox_events_failed_total",
         "outbox_events_dead_lettered_total",
@@ -164,22 +174,38 @@ pub fn topic_known(topic: &str) {
     counter!("outbox_redis_lost_entries_total", "topic" => topic.to_string()).increment(0);
 }
 
+/// What a repaired stream had lost, as [`redis_lost`] reports it.
+#[derive(Debug)]
+pub struct RedisLoss<'a> {
+    /// The topic.
+    pub topic: &'a str,
+    /// The stream key.
+    pub stream: &'a str,
+    /// The last entry id the relay had appended there.
+    pub appended_up_to: String,
+    /// The stream's last generated id when the loss was noticed (or that there is no stream).
+    pub ends_at: String,
+    /// Events the stream should hold and does not.
+    pub lost: usize,
+    /// Of those, rows put back to pending.
+    pub requeued: usize,
+    /// What could not be repaired (rows deleted by retention), for a person.
+    pub unrepairable: Option<&'a str>,
+}
+
 /// A stream was found to hold less than the relay appended to it, and was repaired as far as
 /// retention allows: one line with the topic and the stream ids.
-pub fn redis_lost(behind: &crate::publish::Behind, repaired: &crate::relay::repair::Repaired) {
-    counter!("outbox_redis_lost_entries_total", "topic" => behind.topic.clone())
-        .increment(repaired.lost.len() as u64);
-    let ends_at = behind
-        .last
-        .map_or_else(|| "nothing (no stream)".to_string(), |l| l.to_string());
+pub fn redis_lost(loss: &RedisLoss<'_>) {
+    counter!("outbox_redis_lost_entries_total", "topic" => loss.topic.to_string())
+        .increment(loss.lost as u64);
     tracing::error!(
-        topic = %behind.topic,
-        stream = %behind.stream,
-        appended_up_to = %behind.mark,
-        ends_at = %ends_at,
-        lost = repaired.lost.len(),
-        requeued = repaired.requeued,
-        unrepairable = repaired.unrepairable.as_deref().unwrap_or("nothing"),
+        topic = %loss.topic,
+        stream = %loss.stream,
+        appended_up_to = %loss.appended_up_to,
+        ends_at = %loss.ends_at,
+        lost = loss.lost,
+        requeued = loss.requeued,
+        unrepairable = loss.unrepairable.unwrap_or("nothing"),
         "redis lost entries the relay had appended; the lost events are published again, in order, before newer ones"
     );
 }
@@ -274,6 +300,9 @@ pub struct CycleFigures<'a> {
 
 /// A claim cycle committed.
 pub fn cycle_done(cycle: &CycleFigures<'_>) {
+    // Empty cycles count too: a cycle that had its chance and found nothing (or was held) is
+    // what shows that something was not published because it must not be.
+    counter!("outbox_claim_cycles_total").increment(1);
     if cycle.claimed == 0 {
         return;
     }

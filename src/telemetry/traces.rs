@@ -7,9 +7,8 @@
 //!
 //! Only spans of target [`outbox_core::trace::TARGET`] are exported (the publish spans here,
 //! the processing spans of the consumer library), whatever `RUST_LOG` lets through to the
-//! logs. While nothing is exported, [`enabled`] is false and the relay makes no span at all.
-
-use std::sync::atomic::{AtomicBool, Ordering};
+//! logs. While nothing is exported ([`Exporting::is_active`] is false) the relay makes no span
+//! at all: the publisher is told so in its configuration.
 
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::{Protocol, SpanExporter, WithExportConfig};
@@ -19,13 +18,6 @@ use tracing::Subscriber;
 use tracing_subscriber::filter::{Filtered, Targets};
 use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::Layer;
-
-static ENABLED: AtomicBool = AtomicBool::new(false);
-
-/// Whether spans are exported (so worth making).
-pub fn enabled() -> bool {
-    ENABLED.load(Ordering::Relaxed)
-}
 
 /// Why traces could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -40,6 +32,11 @@ impl Exporting {
     /// Nothing exported.
     pub fn none() -> Exporting {
         Exporting(None)
+    }
+
+    /// Whether spans are exported (so worth making).
+    pub fn is_active(&self) -> bool {
+        self.0.is_some()
     }
 }
 
@@ -105,6 +102,5 @@ where
     let layer = tracing_opentelemetry::layer()
         .with_tracer(tracer)
         .with_filter(only_ours);
-    ENABLED.store(true, Ordering::Relaxed);
     Ok((Some(layer), Exporting(Some(provider))))
 }

@@ -293,16 +293,19 @@ async fn a_relay_reads_its_token_from_a_file_and_logs_json_lines() {
     let dir = tempfile::tempdir().expect("dir");
     let token = dir.path().join("token");
     std::fs::write(&token, "t0ken-from-file\n").expect("write");
-    let db = TestDb::new().await;
-    let redis = TestRedis::shared();
-    let mut env = base_env(&db, &redis);
-    env.push((
-        "OUTBOX__ADMIN__TOKEN_FILE".into(),
-        token.display().to_string(),
-    ));
-    env.push(("OUTBOX__LOG__FORMAT".into(), "json".into()));
-    let relay = RelayProc::spawn("json-logs", &env);
-    relay.wait_ready(std::time::Duration::from_secs(30)).await;
+    let token = token.display().to_string();
+    let Bundle {
+        db,
+        redis: _redis,
+        relay,
+    } = setup(
+        "json-logs",
+        &[
+            ("OUTBOX__ADMIN__TOKEN_FILE", &token),
+            ("OUTBOX__LOG__FORMAT", "json"),
+        ],
+    )
+    .await;
     let http = relay.http();
     assert_eq!(http.get("/api/v1/stats").status, 401);
     assert_eq!(

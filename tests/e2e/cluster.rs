@@ -28,7 +28,16 @@ async fn three_relays_deliver_exactly_once_in_key_order_across_three_masters() {
     let cluster = OwnCluster::start(3);
     let db = TestDb::new().await;
     let (redis, _) = spread(&cluster, TOPICS);
-    insert_events(&db, 6_000, TOPICS, 40).await;
+    insert_events(
+        &db,
+        Events {
+            n: 1..=6_000,
+            topics: TOPICS,
+            keys: 40,
+            ..Events::varied()
+        },
+    )
+    .await;
     let env = base_env(&db, &redis);
     let relays: Vec<RelayProc> = (1..=3)
         .map(|i| RelayProc::spawn(&format!("c{i}"), &env))
@@ -71,26 +80,17 @@ fn pending_of(topics: &[String]) -> String {
     format!("SELECT count(*) FROM outbox WHERE published_at IS NULL AND topic IN ({list})")
 }
 
-/// Inserts events numbered `from..=to` (payload `n`, increasing per key), as `insert_events`
-/// does for `1..=n`.
-async fn insert_range(db: &TestDb, from: i64, to: i64, keys: usize) {
-    db.exec(&format!(
-        "INSERT INTO outbox (topic, payload, partition_key)
-         SELECT 't' || (i % {TOPICS}), jsonb_build_object('n', i),
-                CASE WHEN i % 4 = 0 THEN NULL ELSE 'k' || (i % {keys}) END
-         FROM generate_series({from}, {to}) AS i ORDER BY i"
-    ))
-    .await;
-}
-
 /// Waits until at least `n` events (`and`: more conditions) are published.
 async fn wait_published_at_least(db: &TestDb, and: &str, n: i64) {
     let sql = format!("SELECT count(*) FROM outbox WHERE published_at IS NOT NULL {and}");
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while db.scalar(&sql).await < n {
-        assert!(std::time::Instant::now() < deadline, "{sql}: not {n} yet");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    // Polled often: the test acts while the rest is still in flight.
+    eventually_every(
+        Duration::from_secs(60),
+        Duration::from_millis(10),
+        &format!("{sql} to reach {n}"),
+        || async { db.scalar(&sql).await >= n },
+    )
+    .await;
 }
 
 const NO_ATTEMPTS: &str = "SELECT count(*) FROM outbox WHERE attempts > 0 OR dead_at IS NOT NULL";
@@ -104,7 +104,17 @@ async fn a_killed_master_stops_only_its_topics_and_nothing_is_lost_or_doubled() 
     let (down, up): (Vec<String>, Vec<String>) = (0..TOPICS)
         .map(|t| format!("t{t}"))
         .partition(|t| owners[t[1..].parse::<usize>().expect("t<n>")] == victim);
-    insert_range(&db, 1, 6_000, 40).await;
+    insert_events(
+        &db,
+        Events {
+            n: 1..=6_000,
+            topics: TOPICS,
+            keys: 40,
+            some_unkeyed: true,
+            ..Events::default()
+        },
+    )
+    .await;
     let env = base_env(&db, &redis);
     let relays: Vec<RelayProc> = (1..=2)
         .map(|i| RelayProc::spawn(&format!("k{i}"), &env))
@@ -113,7 +123,17 @@ async fn a_killed_master_stops_only_its_topics_and_nothing_is_lost_or_doubled() 
     wait_published_at_least(&db, "", 300).await;
     cluster.kill(victim);
     // Traffic for every topic while it is down.
-    insert_range(&db, 6_001, 9_000, 40).await;
+    insert_events(
+        &db,
+        Events {
+            n: 6_001..=9_000,
+            topics: TOPICS,
+            keys: 40,
+            some_unkeyed: true,
+            ..Events::default()
+        },
+    )
+    .await;
 
     // The other masters' topics drain completely while it is down; its own wait.
     db.wait_for(&pending_of(&up), 0, Duration::from_secs(60))
@@ -152,7 +172,17 @@ async fn a_slot_migrated_while_events_flow_loses_and_doubles_nothing() {
     let stream = redis.stream("t0");
     let slot = cluster.keyslot(&stream);
     let to = (owners[0] + 1) % 3;
-    insert_range(&db, 1, 3_000, 40).await;
+    insert_events(
+        &db,
+        Events {
+            n: 1..=3_000,
+            topics: TOPICS,
+            keys: 40,
+            some_unkeyed: true,
+            ..Events::default()
+        },
+    )
+    .await;
     let env = base_env(&db, &redis);
     let relays: Vec<RelayProc> = (1..=2)
         .map(|i| RelayProc::spawn(&format!("m{i}"), &env))
@@ -169,12 +199,32 @@ async fn a_slot_migrated_while_events_flow_loses_and_doubles_nothing() {
     };
     let mut n = 3_000;
     while !mover.is_finished() {
-        insert_range(&db, n + 1, n + 60, 40).await;
+        insert_events(
+            &db,
+            Events {
+                n: n + 1..=n + 60,
+                topics: TOPICS,
+                keys: 40,
+                some_unkeyed: true,
+                ..Events::default()
+            },
+        )
+        .await;
         n += 60;
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     mover.await.expect("slot migrated");
-    insert_range(&db, n + 1, n + 600, 40).await;
+    insert_events(
+        &db,
+        Events {
+            n: n + 1..=n + 600,
+            topics: TOPICS,
+            keys: 40,
+            some_unkeyed: true,
+            ..Events::default()
+        },
+    )
+    .await;
     n += 600;
 
     db.wait_until_published(Duration::from_secs(60)).await;
@@ -199,7 +249,16 @@ async fn rediss_seeds_deliver_with_the_ca_file_and_an_unknown_ca_is_never_talked
     let cluster = OwnCluster::start_tls(3, &ca);
     let db = TestDb::new().await;
     let (redis, _) = spread(&cluster, TOPICS);
-    insert_events(&db, 600, TOPICS, 10).await;
+    insert_events(
+        &db,
+        Events {
+            n: 1..=600,
+            topics: TOPICS,
+            keys: 10,
+            ..Events::varied()
+        },
+    )
+    .await;
     let with_ca = |ca: &TestCa| {
         let mut env = base_env(&db, &redis);
         env.push((
@@ -211,15 +270,11 @@ async fn rediss_seeds_deliver_with_the_ca_file_and_an_unknown_ca_is_never_talked
 
     let other = TestCa::new("not-the-cluster-ca");
     let refused = RelayProc::spawn("tls-unknown-ca", &with_ca(&other));
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while !refused.log().contains("UnknownIssuer") {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no certificate error in {}",
-            refused.log()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    eventually(Duration::from_secs(20), "a certificate error", || async {
+        let log = refused.log();
+        log.contains("UnknownIssuer").then_some(()).ok_or(log)
+    })
+    .await;
     assert_eq!(db.pending().await, 600, "nothing sent to an untrusted node");
     drop(refused);
 

@@ -22,7 +22,20 @@ pub(crate) async fn sigkill_loop(env: impl FnOnce(&TestDb, &TestRedis) -> Vec<(S
         .collect();
     let producer = tokio::spawn({
         let url = db.url.clone();
-        async move { produce_rounds(&url, 0, 60, 200, 3, 30, Duration::from_millis(50)).await }
+        async move {
+            produce_rounds(
+                &url,
+                Rounds {
+                    rounds: 60,
+                    per_round: 200,
+                    topics: 3,
+                    keys: 30,
+                    pause: Duration::from_millis(50),
+                    ..Rounds::default()
+                },
+            )
+            .await
+        }
     });
     let started = Instant::now();
     let mut kills = 0;

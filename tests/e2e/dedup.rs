@@ -35,6 +35,7 @@ fn publisher_at(url: &str, prefix: &str) -> Publisher {
         maxlen: None,
         timeout: Duration::from_secs(5),
         durability: Default::default(),
+        traced: false,
     };
     let conn = Publisher::connect(url, config.timeout).expect("redis url");
     Publisher::new(conn, config)
@@ -171,14 +172,16 @@ async fn a_set_two_windows_old_is_unlinked_by_the_next_publish_and_freed_in_the_
         still,
         "the previous window's set is still read, so it stays"
     );
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while lazyfreed(&mut conn).await == freed_before {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the retired set was not freed on Redis's background thread"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually_every(
+        Duration::from_secs(5),
+        Duration::from_millis(20),
+        "the retired set to be freed on Redis's background thread",
+        || {
+            let mut conn = conn.clone();
+            async move { lazyfreed(&mut conn).await != freed_before }
+        },
+    )
+    .await;
 }
 
 /// The dedup sets of `redis`'s streams that exist now.
@@ -191,15 +194,26 @@ async fn dedup_sets(redis: &TestRedis) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_relay_unlinks_a_quiet_topics_old_sets_long_before_their_ttl() {
-    let db = TestDb::new().await;
-    let redis = TestRedis::shared();
-    let mut env = base_env(&db, &redis);
-    // Buckets of 2 s: the TTL backstop is 2 x 2 s + 60 s, a sweep runs every second.
-    env.push(("OUTBOX__REDIS__DEDUP_WINDOW".into(), "2s".into()));
-    env.push(("OUTBOX__RELAY__LEASE".into(), "1s".into()));
-    env.push(("OUTBOX__REDIS__TIMEOUT".into(), "500ms".into()));
-    let relay = RelayProc::spawn("sweep", &env);
-    insert_events(&db, 200, 2, 10).await;
+    let Bundle { db, redis, relay } = setup(
+        "sweep",
+        &[
+            // Buckets of 2 s: the TTL backstop is 2 x 2 s + 60 s, a sweep runs every second.
+            ("OUTBOX__REDIS__DEDUP_WINDOW", "2s"),
+            ("OUTBOX__RELAY__LEASE", "1s"),
+            ("OUTBOX__REDIS__TIMEOUT", "500ms"),
+        ],
+    )
+    .await;
+    insert_events(
+        &db,
+        Events {
+            n: 1..=200,
+            topics: 2,
+            keys: 10,
+            ..Events::varied()
+        },
+    )
+    .await;
     db.wait_until_published(Duration::from_secs(30)).await;
     let sets = dedup_sets(&redis).await;
     assert!(!sets.is_empty(), "the published ids are remembered");
@@ -209,17 +223,17 @@ async fn a_relay_unlinks_a_quiet_topics_old_sets_long_before_their_ttl() {
         assert!(ttl > 20, "{set} expires in {ttl} s, only as a backstop");
     }
     // No more traffic: no publish will unlink them; the dispatchers' sweeps must.
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        let left = dedup_sets(&redis).await;
-        if left.is_empty() {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "still there 20 s later, left to their TTL: {left:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    eventually_every(
+        Duration::from_secs(20),
+        Duration::from_millis(250),
+        "the sweeps to unlink the sets before their TTL",
+        || async {
+            let left = dedup_sets(&redis).await;
+            left.is_empty()
+                .then_some(())
+                .ok_or(format!("left {left:?}"))
+        },
+    )
+    .await;
     drop(relay);
 }

@@ -39,7 +39,16 @@ pub(crate) async fn arrive_exactly_once_with_intact_fields(
 ) -> (TestDb, TestRedis, RelayProc) {
     let db = TestDb::new().await;
     let redis = TestRedis::shared();
-    insert_events(&db, 12_000, 3, 50).await;
+    insert_events(
+        &db,
+        Events {
+            n: 1..=12_000,
+            topics: 3,
+            keys: 50,
+            ..Events::varied()
+        },
+    )
+    .await;
     let relay = RelayProc::spawn("r1", &env(&db, &redis));
     db.wait_until_published(Duration::from_secs(60)).await;
 
@@ -91,9 +100,11 @@ pub(crate) async fn arrive_exactly_once_with_intact_fields(
 
 #[tokio::test(flavor = "multi_thread")]
 async fn rolled_back_events_never_appear() {
-    let db = TestDb::new().await;
-    let redis = TestRedis::shared();
-    let _relay = RelayProc::spawn("r1", &base_env(&db, &redis));
+    let Bundle {
+        db,
+        redis,
+        relay: _relay,
+    } = setup("r1", &[]).await;
     let mut conn = db.conn().await;
     let result = conn
         .transaction::<(), ProducerError, _>(async |tx| {
@@ -130,7 +141,16 @@ async fn rolled_back_events_never_appear() {
 async fn delete_mode_removes_rows_at_publish_time() {
     let db = TestDb::new().await;
     let redis = TestRedis::shared();
-    insert_events(&db, 3_000, 2, 10).await;
+    insert_events(
+        &db,
+        Events {
+            n: 1..=3_000,
+            topics: 2,
+            keys: 10,
+            ..Events::varied()
+        },
+    )
+    .await;
     let mut env = base_env(&db, &redis);
     env.push(("OUTBOX__RETENTION__PUBLISHED_FOR".into(), "0s".into()));
     let _relay = RelayProc::spawn("r1", &env);
@@ -145,7 +165,16 @@ async fn delete_mode_removes_rows_at_publish_time() {
 async fn without_prepared_statements_every_event_arrives_in_key_order() {
     let db = TestDb::new().await;
     let redis = TestRedis::shared();
-    insert_events(&db, 2_000, 2, 10).await;
+    insert_events(
+        &db,
+        Events {
+            n: 1..=2_000,
+            topics: 2,
+            keys: 10,
+            ..Events::varied()
+        },
+    )
+    .await;
     let mut env = base_env(&db, &redis);
     env.push((
         "OUTBOX__DATABASE__PREPARED_STATEMENTS".into(),
@@ -208,7 +237,16 @@ async fn maxlen_trims_streams_per_topic_or_globally() {
     outbox_relay::db::topics::set_maxlen(&mut conn, "t0", Some(100))
         .await
         .expect("set maxlen");
-    insert_events(&db, 3_000, 2, 10).await;
+    insert_events(
+        &db,
+        Events {
+            n: 1..=3_000,
+            topics: 2,
+            keys: 10,
+            ..Events::varied()
+        },
+    )
+    .await;
     let mut env = base_env(&db, &redis);
     env.push(("OUTBOX__REDIS__MAXLEN".into(), "1000".into()));
     env.push(("OUTBOX__RELAY__BATCH_SIZE".into(), "100".into()));
@@ -229,10 +267,11 @@ async fn maxlen_trims_streams_per_topic_or_globally() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_oldest_pending_age_counts_only_events_that_should_be_going_out() {
-    let db = TestDb::new().await;
-    let redis = TestRedis::shared();
-    let relay = RelayProc::spawn("age", &base_env(&db, &redis));
-    relay.wait_ready(Duration::from_secs(30)).await;
+    let Bundle {
+        db,
+        redis: _redis,
+        relay,
+    } = setup("age", &[]).await;
     db.exec(
         "INSERT INTO outbox_topics (topic, paused) VALUES ('held', true);
          -- An hour-old backlog of a paused topic, and events scheduled an hour ahead.

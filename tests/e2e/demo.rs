@@ -60,41 +60,40 @@ async fn demo_creates_its_database_and_shows_the_whole_pipeline() {
     names.sort();
     assert_eq!(names, ["billing", "shipping"], "the demo's consumer groups");
     // billing has a (slow) consumer: it reads; shipping has none.
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        let groups: redis::streams::StreamInfoGroupsReply =
-            redis::AsyncCommands::xinfo_groups(&mut c, redis.stream("order.created"))
-                .await
-                .expect("xinfo groups");
-        let read = |name: &str| {
-            groups
-                .groups
-                .iter()
-                .any(|g| g.name == name && g.last_delivered_id != "0-0")
-        };
-        assert!(!read("shipping"), "nobody reads shipping");
-        if read("billing") {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the demo's billing consumer never read"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    eventually(
+        Duration::from_secs(20),
+        "the demo's billing consumer to read",
+        || async {
+            let mut c = redis.conn().await;
+            let groups: redis::streams::StreamInfoGroupsReply =
+                redis::AsyncCommands::xinfo_groups(&mut c, redis.stream("order.created"))
+                    .await
+                    .expect("xinfo groups");
+            let read = |name: &str| {
+                groups
+                    .groups
+                    .iter()
+                    .any(|g| g.name == name && g.last_delivered_id != "0-0")
+            };
+            assert!(!read("shipping"), "nobody reads shipping");
+            read("billing")
+        },
+    )
+    .await;
 
     let _ = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status();
-    let mut code = None;
-    for _ in 0..200 {
-        if let Ok(Some(status)) = child.try_wait() {
-            code = status.code();
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert_eq!(code, Some(0), "demo exits 0 on SIGTERM");
+    let exited = eventually(
+        Duration::from_secs(10),
+        "the demo to exit on SIGTERM",
+        || {
+            let exited = child.try_wait().expect("the demo's status");
+            async move { exited }
+        },
+    )
+    .await;
+    assert_eq!(exited.code(), Some(0), "demo exits 0 on SIGTERM");
     let mut stdout = String::new();
     if let Some(mut out) = child.stdout.take() {
         let _ = out.read_to_string(&mut stdout);

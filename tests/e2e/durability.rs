@@ -26,20 +26,38 @@ async fn no_attempt_spent(db: &TestDb) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_failover_to_a_lagging_replica_loses_nothing_when_the_relay_waits_for_it() {
-    let db = TestDb::new().await;
     let master = OwnRedis::start();
     let link = Proxy::start(master.port).await;
     let replica = OwnRedis::replica_through(&master, link.port);
     let proxy = Proxy::start(master.port).await;
-    let redis = TestRedis::on(&proxy.url());
-    let relay = RelayProc::spawn("wait", &waiting(&db, &redis, "1", false));
-    relay.wait_ready(Duration::from_secs(20)).await;
-    insert_events(&db, 200, 2, 10).await;
+    let Bundle { db, redis, relay } = setup_on(TestRedis::on(&proxy.url()), "wait", |db, redis| {
+        waiting(db, redis, "1", false)
+    })
+    .await;
+    insert_events(
+        &db,
+        Events {
+            n: 1..=200,
+            topics: 2,
+            keys: 10,
+            ..Events::varied()
+        },
+    )
+    .await;
     db.wait_until_published(Duration::from_secs(30)).await;
 
     // The replica falls behind: its link is cut, the master takes the writes alone.
     link.hold();
-    insert_range(&db, 1001, 1300, 2, 10).await;
+    insert_events(
+        &db,
+        Events {
+            n: 1001..=1300,
+            topics: 2,
+            keys: 10,
+            ..Events::default()
+        },
+    )
+    .await;
     relay
         .http()
         .wait_metric(
@@ -86,12 +104,22 @@ async fn a_failover_to_a_lagging_replica_loses_nothing_when_the_relay_waits_for_
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_replica_that_does_not_acknowledge_holds_events_back_until_it_does() {
-    let db = TestDb::new().await;
     let master = OwnRedis::start();
-    let redis = TestRedis::on(&master.url());
-    let relay = RelayProc::spawn("noreplica", &waiting(&db, &redis, "1", false));
-    relay.wait_ready(Duration::from_secs(20)).await;
-    insert_events(&db, 100, 1, 5).await;
+    let Bundle { db, redis, relay } =
+        setup_on(TestRedis::on(&master.url()), "noreplica", |db, redis| {
+            waiting(db, redis, "1", false)
+        })
+        .await;
+    insert_events(
+        &db,
+        Events {
+            n: 1..=100,
+            topics: 1,
+            keys: 5,
+            ..Events::varied()
+        },
+    )
+    .await;
     relay
         .http()
         .wait_metric(
@@ -128,8 +156,25 @@ async fn refused_fsync(server: &OwnRedis) {
         .http()
         .wait_status("/healthz", 200, Duration::from_secs(20))
         .await;
-    insert_events(&db, 50, 1, 5).await;
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    insert_events(
+        &db,
+        Events {
+            n: 1..=50,
+            topics: 1,
+            keys: 5,
+            ..Events::varied()
+        },
+    )
+    .await;
+    // It found out that the server cannot confirm, and a claim cycle has run since the
+    // insert: the events had their chance to go.
+    eventually(
+        Duration::from_secs(20),
+        "the refusal in the log",
+        || async { relay.log().contains("redis.wait_fsync cannot be honoured") },
+    )
+    .await;
+    relay.wait_for_a_claim_cycle(Duration::from_secs(20)).await;
     let ready = relay.http().get("/readyz");
     assert_eq!(ready.status, 503);
     assert!(
@@ -159,11 +204,24 @@ async fn wait_fsync_is_refused_without_an_append_only_file_and_honoured_with_one
     refused_fsync(&OwnRedis::start_with(&valkey_server(), &[])).await;
 
     let server = OwnRedis::start_with(&valkey_server(), &["--appendonly", "yes"]);
-    let db = TestDb::new().await;
-    let redis = TestRedis::on(&server.url());
-    let relay = RelayProc::spawn("fsync", &waiting(&db, &redis, "0", true));
-    relay.wait_ready(Duration::from_secs(20)).await;
-    insert_events(&db, 100, 1, 5).await;
+    let Bundle {
+        db,
+        redis,
+        relay: _relay,
+    } = setup_on(TestRedis::on(&server.url()), "fsync", |db, redis| {
+        waiting(db, redis, "0", true)
+    })
+    .await;
+    insert_events(
+        &db,
+        Events {
+            n: 1..=100,
+            topics: 1,
+            keys: 5,
+            ..Events::varied()
+        },
+    )
+    .await;
     db.wait_until_published(Duration::from_secs(30)).await;
     assert_eq!(assert_exactly_once(&redis, 1).await, 100);
 }

@@ -2,7 +2,7 @@
 //! into `/metrics`, and `redis.trim_acked` trimming only what every declared group
 //! acknowledged.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use redis::streams::{StreamReadOptions, StreamReadReply};
 use redis::AsyncCommands;
@@ -15,7 +15,7 @@ async fn groups_of(redis: &TestRedis, topic: &str) -> Vec<(String, u64, String)>
     let reply: redis::streams::StreamInfoGroupsReply = c
         .xinfo_groups(redis.stream(topic))
         .await
-        .unwrap_or_default();
+        .expect("xinfo groups");
     reply
         .groups
         .into_iter()
@@ -56,18 +56,14 @@ pub(crate) async fn read(
 
 /// Waits until the stream of `topic` is `len` entries long.
 async fn wait_xlen(redis: &TestRedis, topic: &str, len: usize, timeout: Duration) {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let got = redis.xlen(topic).await;
-        if got == len {
-            return;
+    let what = format!("stream {topic} to be {len} entries long");
+    eventually(timeout, &what, || async {
+        match redis.xlen(topic).await {
+            got if got == len => Ok(()),
+            got => Err(format!("{got} entries")),
         }
-        assert!(
-            Instant::now() < deadline,
-            "stream {topic} has {got} entries, the test waited for {len}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -76,7 +72,16 @@ async fn declared_groups_exist_before_the_first_publish_and_show_in_metrics() {
     let redis = TestRedis::shared();
     // Events wait in the outbox before the relay starts: a group that starts at `$` sees them
     // only if it exists before the relay publishes them.
-    insert_events(&db, 200, 1, 10).await;
+    insert_events(
+        &db,
+        Events {
+            n: 1..=200,
+            topics: 1,
+            keys: 10,
+            ..Events::varied()
+        },
+    )
+    .await;
     let mut env = base_env(&db, &redis);
     env.push((
         "OUTBOX__GROUPS".into(),
@@ -121,14 +126,25 @@ async fn declared_groups_exist_before_the_first_publish_and_show_in_metrics() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn trim_acked_never_drops_an_entry_a_declared_group_has_not_acknowledged() {
-    let db = TestDb::new().await;
-    let redis = TestRedis::shared();
-    let mut env = base_env(&db, &redis);
-    env.push(("OUTBOX__GROUPS".into(), "t0:fast,t0:slow".into()));
-    env.push(("OUTBOX__REDIS__TRIM_ACKED".into(), "true".into()));
-    env.push(("OUTBOX__RETENTION__INTERVAL".into(), "300ms".into()));
-    let relay = RelayProc::spawn("trim", &env);
-    insert_events(&db, 100, 1, 10).await;
+    let Bundle { db, redis, relay } = setup(
+        "trim",
+        &[
+            ("OUTBOX__GROUPS", "t0:fast,t0:slow"),
+            ("OUTBOX__REDIS__TRIM_ACKED", "true"),
+            ("OUTBOX__RETENTION__INTERVAL", "300ms"),
+        ],
+    )
+    .await;
+    insert_events(
+        &db,
+        Events {
+            n: 1..=100,
+            topics: 1,
+            keys: 10,
+            ..Events::varied()
+        },
+    )
+    .await;
     db.wait_until_published(Duration::from_secs(30)).await;
     let first_ids: Vec<String> = redis
         .entries("t0")

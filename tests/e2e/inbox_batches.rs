@@ -1,9 +1,9 @@
-//! The library's batch inbox (`Batches(Inbox::new(..))`): one transaction per batch, and
-//! still every effect once: an event recorded in the inbox before is skipped, an event id
+//! The library's batch inbox (`Batches(Inbox::for_batches(..))`): one transaction per batch,
+//! and still every effect once: an event recorded in the inbox before is skipped, an event id
 //! that appears twice in the stream is applied once, and a batch whose effect fails is
 //! retried whole, then dead-lettered.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use diesel::sql_types::{Array, Integer, Uuid as SqlUuid};
 use diesel_async::pooled_connection::AsyncDieselConnectionManager;
@@ -81,21 +81,19 @@ async fn consume(db: &TestDb, redis: &TestRedis) {
             )
             .await
     });
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
+    eventually(Duration::from_secs(30), "the group to settle", || async {
         let mut c = redis.conn().await;
-        let groups: redis::streams::StreamInfoGroupsReply =
-            c.xinfo_groups(redis.stream("t0")).await.unwrap_or_default();
+        let groups: redis::streams::StreamInfoGroupsReply = c
+            .xinfo_groups(redis.stream("t0"))
+            .await
+            .map_err(|e| format!("xinfo groups: {e}"))?;
         let settled = groups
             .groups
             .iter()
             .any(|g| g.name == GROUP && g.pending == 0 && g.lag == Some(0));
-        if settled {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the group never settled");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        settled.then_some(()).ok_or(format!("{:?}", groups.groups))
+    })
+    .await;
     let _ = stop.send(());
     run.await.expect("consumer task");
 }
@@ -144,7 +142,7 @@ async fn a_batch_inbox_applies_each_event_once_and_dead_letters_a_failing_batch(
         .entries("t0:dead")
         .await
         .iter()
-        .filter_map(|e| serde_json::from_str::<serde_json::Value>(&e["payload"]).ok())
+        .map(|e| serde_json::from_str::<serde_json::Value>(&e["payload"]).expect("a JSON payload"))
         .filter_map(|p| p["n"].as_i64())
         .collect();
     assert!(

@@ -70,7 +70,16 @@ async fn a_hung_replica_holding_every_claim_slot_stalls_the_others_only_briefly(
     let redis = TestRedis::shared();
     // Many keys: the hung replica's batch holds a few hundred of them, and the other replica
     // must find plenty of events it may publish (a held key's later events wait for it).
-    insert_events(&db, 60_000, 3, 2_000).await;
+    insert_events(
+        &db,
+        Events {
+            n: 1..=60_000,
+            topics: 3,
+            keys: 2_000,
+            ..Events::varied()
+        },
+    )
+    .await;
     let mut env = base_env(&db, &redis);
     // Postgres would end the hung transaction only after 60 s; the test allows 20.
     env.push(("OUTBOX__RELAY__LEASE".into(), "60s".into()));
@@ -96,14 +105,12 @@ async fn a_hung_replica_holding_every_claim_slot_stalls_the_others_only_briefly(
     let published = "SELECT count(*) FROM outbox WHERE published_at IS NOT NULL";
     let at_freeze = db.scalar(published).await;
     let _other = RelayProc::spawn("slot-waiter", &env);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while db.scalar(published).await < at_freeze + 5_000 {
-        assert!(
-            Instant::now() < deadline,
-            "the other replica waited for the hung one's slot"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    eventually(
+        Duration::from_secs(20),
+        "the other replica to publish without waiting for the hung one's slot",
+        || async { db.scalar(published).await >= at_freeze + 5_000 },
+    )
+    .await;
     Command::new("kill")
         .args(["-CONT", &pid])
         .status()
@@ -134,13 +141,19 @@ async fn freeze_while(db: &TestDb, pid: &str, held: &str) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn poll_only_delivers_without_listen() {
-    let db = TestDb::new().await;
-    let redis = TestRedis::shared();
-    let mut env = base_env(&db, &redis);
-    env.push(("OUTBOX__RELAY__POLL_ONLY".into(), "true".into()));
-    let relay = RelayProc::spawn("poller", &env);
+    let Bundle { db, redis, relay } =
+        setup("poller", &[("OUTBOX__RELAY__POLL_ONLY", "true")]).await;
     relay.wait_ready(Duration::from_secs(20)).await;
-    insert_events(&db, 500, 2, 10).await;
+    insert_events(
+        &db,
+        Events {
+            n: 1..=500,
+            topics: 2,
+            keys: 10,
+            ..Events::varied()
+        },
+    )
+    .await;
     db.wait_until_published(Duration::from_secs(20)).await;
     assert_eq!(
         db.scalar("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query ILIKE 'LISTEN%'").await,
@@ -163,7 +176,16 @@ async fn notify_switched_off_per_database_still_delivers_by_polling() {
     let mut env = base_env(&db, &redis);
     env.push(("OUTBOX__RELAY__POLL_INTERVAL".into(), "100ms".into()));
     let _relay = RelayProc::spawn("no-notify", &env);
-    insert_events(&db, 300, 1, 10).await;
+    insert_events(
+        &db,
+        Events {
+            n: 1..=300,
+            topics: 1,
+            keys: 10,
+            ..Events::varied()
+        },
+    )
+    .await;
     db.wait_until_published(Duration::from_secs(20)).await;
     assert_eq!(redis.xlen("t0").await, 300);
     let mut notifications = std::pin::pin!(listener.notifications_stream());

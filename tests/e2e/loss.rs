@@ -28,15 +28,31 @@ async fn assert_lost_before_newer(redis: &TestRedis, lost: (i64, i64), newer: (i
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_restart_from_an_older_snapshot_is_noticed_and_repaired() {
-    let db = TestDb::new().await;
     let mut server = OwnRedis::start();
-    let redis = TestRedis::on(&server.url());
-    let relay = RelayProc::spawn("snapshot", &base_env(&db, &redis));
-    relay.wait_ready(Duration::from_secs(20)).await;
-    insert_range(&db, 1, 200, 2, 10).await;
+    let Bundle { db, redis, relay } =
+        setup_on(TestRedis::on(&server.url()), "snapshot", base_env).await;
+    insert_events(
+        &db,
+        Events {
+            n: 1..=200,
+            topics: 2,
+            keys: 10,
+            ..Events::default()
+        },
+    )
+    .await;
     db.wait_until_published(Duration::from_secs(30)).await;
     let _: () = server.query(&redis::cmd("SAVE"));
-    insert_range(&db, 1001, 1300, 2, 10).await;
+    insert_events(
+        &db,
+        Events {
+            n: 1001..=1300,
+            topics: 2,
+            keys: 10,
+            ..Events::default()
+        },
+    )
+    .await;
     db.wait_until_published(Duration::from_secs(30)).await;
 
     // Redis dies and comes back from the snapshot: the 300 later entries are gone, and
@@ -46,7 +62,16 @@ async fn a_restart_from_an_older_snapshot_is_noticed_and_repaired() {
     server.restart();
     assert_eq!(redis.xlen("t0").await + redis.xlen("t1").await, 200);
 
-    insert_range(&db, 2001, 2100, 2, 10).await;
+    insert_events(
+        &db,
+        Events {
+            n: 2001..=2100,
+            topics: 2,
+            keys: 10,
+            ..Events::default()
+        },
+    )
+    .await;
     db.wait_until_published(Duration::from_secs(30)).await;
     assert_eq!(
         assert_exactly_once(&redis, 2).await,
@@ -84,21 +109,40 @@ async fn a_restart_from_an_older_snapshot_is_noticed_and_repaired() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_failover_to_a_lagging_replica_without_waiting_is_repaired() {
-    let db = TestDb::new().await;
     let mut master = OwnRedis::start();
     let link = Proxy::start(master.port).await;
     let replica = OwnRedis::replica_through(&master, link.port);
     let proxy = Proxy::start(master.port).await;
-    let redis = TestRedis::on(&proxy.url());
-    let relay = RelayProc::spawn("nowait", &base_env(&db, &redis));
-    relay.wait_ready(Duration::from_secs(20)).await;
-    insert_range(&db, 1, 200, 2, 10).await;
+    let Bundle {
+        db,
+        redis,
+        relay: _relay,
+    } = setup_on(TestRedis::on(&proxy.url()), "nowait", base_env).await;
+    insert_events(
+        &db,
+        Events {
+            n: 1..=200,
+            topics: 2,
+            keys: 10,
+            ..Events::default()
+        },
+    )
+    .await;
     db.wait_until_published(Duration::from_secs(30)).await;
 
     // The replica lags (its link cut); the relay does not wait for it, so it marks the 300
     // published.
     link.hold();
-    insert_range(&db, 1001, 1300, 2, 10).await;
+    insert_events(
+        &db,
+        Events {
+            n: 1001..=1300,
+            topics: 2,
+            keys: 10,
+            ..Events::default()
+        },
+    )
+    .await;
     db.wait_until_published(Duration::from_secs(30)).await;
 
     master.signal("-KILL");
@@ -106,7 +150,16 @@ async fn a_failover_to_a_lagging_replica_without_waiting_is_repaired() {
     let _: () = replica.query(redis::cmd("REPLICAOF").arg("NO").arg("ONE"));
     proxy.switch(replica.port);
 
-    insert_range(&db, 2001, 2100, 2, 10).await;
+    insert_events(
+        &db,
+        Events {
+            n: 2001..=2100,
+            topics: 2,
+            keys: 10,
+            ..Events::default()
+        },
+    )
+    .await;
     db.wait_until_published(Duration::from_secs(60)).await;
     let direct = TestRedis {
         url: replica.url(),
@@ -125,20 +178,39 @@ async fn a_failover_to_a_lagging_replica_without_waiting_is_repaired() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn what_retention_already_deleted_is_reported_not_repaired() {
-    let db = TestDb::new().await;
     let mut server = OwnRedis::start();
-    let redis = TestRedis::on(&server.url());
-    let mut env = base_env(&db, &redis);
-    // Rows are deleted as they are published: nothing is left to publish again.
-    env.push(("OUTBOX__RETENTION__PUBLISHED_FOR".into(), "0s".into()));
-    let relay = RelayProc::spawn("deleted", &env);
-    relay.wait_ready(Duration::from_secs(20)).await;
-    insert_range(&db, 1, 100, 1, 10).await;
+    let Bundle { db, redis, relay } =
+        setup_on(TestRedis::on(&server.url()), "deleted", |db, redis| {
+            let mut env = base_env(db, redis);
+            // Rows are deleted as they are published: nothing is left to publish again.
+            env.push(("OUTBOX__RETENTION__PUBLISHED_FOR".into(), "0s".into()));
+            env
+        })
+        .await;
+    insert_events(
+        &db,
+        Events {
+            n: 1..=100,
+            topics: 1,
+            keys: 10,
+            ..Events::default()
+        },
+    )
+    .await;
     db.wait_for("SELECT count(*) FROM outbox", 0, Duration::from_secs(30))
         .await;
     server.stop();
     server.restart();
-    insert_range(&db, 1001, 1010, 1, 10).await;
+    insert_events(
+        &db,
+        Events {
+            n: 1001..=1010,
+            topics: 1,
+            keys: 10,
+            ..Events::default()
+        },
+    )
+    .await;
     db.wait_for("SELECT count(*) FROM outbox", 0, Duration::from_secs(30))
         .await;
     assert_eq!(redis.xlen("t0").await, 10, "only what came after");

@@ -6,19 +6,27 @@
 //! | module | covers |
 //! |---|---|
 //! | [`delivery`] | exactly once with intact fields, rollbacks, delete mode, no prepared statements, `available_at`, maxlen |
+//! | [`durability`] | `redis.wait_replicas` and `redis.wait_fsync`: nothing marked published before Redis confirmed as asked; a Redis that cannot confirm leaves the relay not ready, sending nothing |
 //! | [`ordering`] | per-key order with three relays and two producers; a hot key moves in whole runs |
 //! | [`claim`] | concurrent claim transactions, claim slots, the head/run snapshot race, the byte budget |
 //! | [`cluster`] | Redis Cluster: three masters, exactly once and key order, a master killed, a slot migrated, the Streams page |
+//! | [`partitions`] | partitioned topics: each key in its Kafka partition's stream, in order, once; declared groups on every partition; a relay with another count refused; `repartition` |
 //! | [`big_events`] | megabyte events drain in bounded memory |
 //! | [`inbox_batches`] | the library's batch inbox: one transaction per batch, each effect once, a failing batch dead-lettered |
 //! | [`groups`] | declared consumer groups made before the first publish, their metrics, `redis.trim_acked` |
 //! | [`dedup`] | the publish script's dedup windows and the retired sets' freeing |
 //! | [`wake`] | producers' NOTIFY quieted while a relay drains, and back after |
-//! | [`consumer`] | the consumer library and `consumer/examples/inbox_consumer`: SIGKILLed consumers apply each event once, claims after `--claim-idle`, poison to the dead stream, per-key order through failures and a restart, malformed entries |
+//! | [`consumer`] | the consumer library and `consumer/examples/inbox_consumer`, by concern: example processes fed by a relay (SIGKILLed, each event once; poison after `--max-deliveries`), claims after `claim_idle`, per-key order, batches, failures, the inbox, connections (a Redis restart, mutual TLS) |
+//! | [`fleet`] | a group's fleet on a partitioned topic, by concern: balance after joins and leaves, key order through kills, freezes and scaling, the inbox's fence, every kind of handler (one Redis, a cluster), a repartition |
+//! | [`traces`] | OTLP traces: the producer's trace through the publish span to the consumer's span; the Rust producer API's trace context |
 //! | [`crash`] | SIGKILL of relays in a loop: nothing lost, nothing doubled |
 //! | [`outage`] | a Redis outage (own redis-server): no attempt burnt, recovery |
+//! | [`loss`] | entries Redis lost (an older snapshot, a failover without waiting) published again, once, in order |
+//! | [`memory`] | memory back-pressure: above `redis.max_memory_ratio` publishing is held, then resumes |
+//! | [`sentinel`] | Redis behind Sentinel: the relay, an inbox consumer and `tail` follow a failover; passwords |
 //! | [`pg_outage`] | a Postgres outage (own server): the process survives, recovery |
 //! | [`poison`] | failing events retried then dead while others flow; a key waits for its head |
+//! | [`replay`] | a topic's published events of a time range sent again, in order, through the API, the CLI and the UI, audited; a bad time refused |
 //! | [`lease`] | a hung replica's claim taken over; claim slots; poll-only; NOTIFY off |
 //! | [`pgbouncer`] | through PgBouncer in transaction mode: delivery, order, SIGKILL, lease, retention, pause, `migrate`; no session state left on its server connections |
 //! | [`retention`] | retention deletes old published rows only; paused topics |
@@ -32,7 +40,9 @@
 //! | [`ui`] | the web UI in headless Chromium and over plain HTTP |
 //!
 //! [`support`] holds the shared helpers, by concern: databases, Redis, relay processes,
-//! test traffic, HTTP.
+//! test traffic, HTTP, and [`support::eventually`], the one way to wait. Helpers fail loudly on
+//! errors, and a test checks that something did *not* happen only after a sign that it had its
+//! chance (a claim cycle, a log line, a later event or span).
 
 pub mod api;
 mod big_events;

@@ -8,17 +8,27 @@ use crate::support::*;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_full_redis_holds_publishing_until_it_has_room() {
-    let db = TestDb::new().await;
     let server = OwnRedis::start_with(
         &server_binary(),
         &["--maxmemory", "16mb", "--maxmemory-policy", "noeviction"],
     );
-    let redis = TestRedis::on(&server.url());
-    let mut env = base_env(&db, &redis);
-    env.push(("OUTBOX__REDIS__MAX_MEMORY_RATIO".into(), "0.5".into()));
-    let relay = RelayProc::spawn("memory", &env);
-    relay.wait_ready(Duration::from_secs(20)).await;
-    insert_events(&db, 50, 1, 5).await;
+    let Bundle { db, redis, relay } =
+        setup_on(TestRedis::on(&server.url()), "memory", |db, redis| {
+            let mut env = base_env(db, redis);
+            env.push(("OUTBOX__REDIS__MAX_MEMORY_RATIO".into(), "0.5".into()));
+            env
+        })
+        .await;
+    insert_events(
+        &db,
+        Events {
+            n: 1..=50,
+            topics: 1,
+            keys: 5,
+            ..Events::varied()
+        },
+    )
+    .await;
     db.wait_until_published(Duration::from_secs(30)).await;
 
     // Something else fills Redis past half its maxmemory (8 MiB of values: 9 to 12 MiB used,
@@ -45,8 +55,17 @@ async fn a_full_redis_holds_publishing_until_it_has_room() {
             .is_some_and(|r| r > 0.5),
         "the ratio is exported"
     );
-    insert_range(&db, 1001, 1100, 1, 5).await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    insert_events(
+        &db,
+        Events {
+            n: 1001..=1100,
+            topics: 1,
+            keys: 5,
+            ..Events::default()
+        },
+    )
+    .await;
+    relay.wait_for_a_claim_cycle(Duration::from_secs(10)).await;
     assert_eq!(
         db.pending().await,
         100,

@@ -8,12 +8,19 @@ use crate::support::*;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn redis_outage_burns_no_attempts_and_recovers() {
-    let db = TestDb::new().await;
     let mut server = OwnRedis::start();
-    let redis = TestRedis::on(&server.url());
-    let relay = RelayProc::spawn("outage", &base_env(&db, &redis));
-    relay.wait_ready(Duration::from_secs(20)).await;
-    insert_events(&db, 200, 2, 10).await;
+    let Bundle { db, redis, relay } =
+        setup_on(TestRedis::on(&server.url()), "outage", base_env).await;
+    insert_events(
+        &db,
+        Events {
+            n: 1..=200,
+            topics: 2,
+            keys: 10,
+            ..Events::varied()
+        },
+    )
+    .await;
     db.wait_until_published(Duration::from_secs(30)).await;
 
     server.stop();
@@ -27,7 +34,16 @@ async fn redis_outage_burns_no_attempts_and_recovers() {
         "alive while not ready"
     );
     let failed = relay.outage_cycles();
-    insert_range(&db, 1001, 1300, 2, 10).await;
+    insert_events(
+        &db,
+        Events {
+            n: 1001..=1300,
+            topics: 2,
+            keys: 10,
+            ..Events::default()
+        },
+    )
+    .await;
     // Only a cycle that claimed the new events can fail (an empty claim never reaches Redis):
     // two of them, the second after the claim loop's backoff, have rolled back.
     relay
@@ -36,15 +52,18 @@ async fn redis_outage_burns_no_attempts_and_recovers() {
     assert_eq!(db.pending().await, 300);
     // The topic stays flagged down for as long as it is (the backlog sampler, every 5 s, must
     // not reset the gauge to 0 between two failed publishes).
-    let until = std::time::Instant::now() + Duration::from_secs(7);
-    while std::time::Instant::now() < until {
-        assert_eq!(
-            relay.http().metric("outbox_topic_down{topic=\"t0\"}"),
-            Some(1.0),
-            "outbox_topic_down stays 1 while the topic is down"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    holds_for(
+        Duration::from_secs(7),
+        Duration::from_millis(200),
+        "outbox_topic_down 1 while the topic is down",
+        || async {
+            match relay.http().metric("outbox_topic_down{topic=\"t0\"}") {
+                Some(1.0) => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
     assert_eq!(
         db.scalar("SELECT count(*) FROM outbox WHERE attempts > 0 OR dead_at IS NOT NULL")
             .await,
@@ -98,7 +117,16 @@ async fn starts_while_redis_is_down_and_catches_up() {
     let mut server = OwnRedis::start();
     let redis = TestRedis::on(&server.url());
     server.stop();
-    insert_events(&db, 100, 1, 5).await;
+    insert_events(
+        &db,
+        Events {
+            n: 1..=100,
+            topics: 1,
+            keys: 5,
+            ..Events::varied()
+        },
+    )
+    .await;
     let relay = RelayProc::spawn("late", &base_env(&db, &redis));
     relay
         .http()

@@ -45,7 +45,7 @@ async fn group_names(redis: &TestRedis, stream: &str) -> Vec<String> {
     let reply: redis::streams::StreamInfoGroupsReply = c
         .xinfo_groups(redis.stream(stream))
         .await
-        .unwrap_or_default();
+        .expect("xinfo groups");
     reply.groups.into_iter().map(|g| g.name).collect()
 }
 
@@ -67,7 +67,16 @@ fn partitioned_env(db: &TestDb, redis: &TestRedis, partitions: u32) -> Vec<(Stri
 async fn each_key_goes_to_its_kafka_partition_in_order_and_another_count_is_refused() {
     let db = TestDb::new().await;
     let redis = TestRedis::shared();
-    insert_events(&db, 600, 1, 20).await;
+    insert_events(
+        &db,
+        Events {
+            n: 1..=600,
+            topics: 1,
+            keys: 20,
+            ..Events::varied()
+        },
+    )
+    .await;
     let mut relay = RelayProc::spawn("parts", &partitioned_env(&db, &redis, 4));
     db.wait_until_published(Duration::from_secs(30)).await;
     let ids = check_partitions(&redis, "t0", 4, &HashSet::new()).await;
@@ -140,7 +149,16 @@ async fn consume_all(redis: &TestRedis, topic: &str, partitions: u32, group: &st
 async fn repartition_waits_for_the_declared_groups_then_switches_the_streams() {
     let db = TestDb::new().await;
     let redis = TestRedis::shared();
-    insert_events(&db, 200, 1, 10).await;
+    insert_events(
+        &db,
+        Events {
+            n: 1..=200,
+            topics: 1,
+            keys: 10,
+            ..Events::varied()
+        },
+    )
+    .await;
     let _relay = RelayProc::spawn("reparts", &partitioned_env(&db, &redis, 2));
     db.wait_until_published(Duration::from_secs(30)).await;
     let before: HashSet<String> = check_partitions(&redis, "t0", 2, &HashSet::new())
@@ -164,27 +182,58 @@ async fn repartition_waits_for_the_declared_groups_then_switches_the_streams() {
         );
     let mut repartition = Logged::spawn(cmd, log);
     // The group has read nothing yet: the command waits, the topic paused.
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_eq!(
-        repartition.wait_exit(Duration::ZERO),
-        None,
-        "{}",
-        repartition.log()
-    );
-    assert!(
-        repartition.log().contains("waiting") && repartition.log().contains("billing"),
-        "{}",
-        repartition.log()
-    );
-    insert_events(&db, 100, 1, 10).await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    eventually(
+        Duration::from_secs(30),
+        "repartition to wait for group billing",
+        || async {
+            let log = repartition.log();
+            log.lines()
+                .any(|l| l.starts_with("waiting") && l.contains("billing"))
+                .then_some(())
+                .ok_or(log)
+        },
+    )
+    .await;
+    insert_events(
+        &db,
+        Events {
+            n: 1..=100,
+            topics: 1,
+            keys: 10,
+            ..Events::varied()
+        },
+    )
+    .await;
+    // A claim cycle that began after the insert has committed: it could have published them.
+    db.wait_for_a_claim_cycle(Duration::from_secs(30)).await;
     assert_eq!(
         db.pending().await,
         100,
         "paused: nothing published meanwhile"
     );
 
-    assert_eq!(consume_all(&redis, "t0", 2, "billing").await, 200);
+    // One old stream read: the command looks again, says what is left, and keeps waiting.
+    let first = consume_all(&redis, "t0", 1, "billing").await;
+    let (read, rest) = (redis.stream("t0:0"), redis.stream("t0:1"));
+    let only_the_rest =
+        |l: &str| l.starts_with("waiting") && l.contains(&rest) && !l.contains(&read);
+    eventually(
+        Duration::from_secs(30),
+        "repartition to wait for the second stream only",
+        || async {
+            let log = repartition.log();
+            log.lines().any(only_the_rest).then_some(()).ok_or(log)
+        },
+    )
+    .await;
+    assert_eq!(
+        repartition.wait_exit(Duration::ZERO),
+        None,
+        "{}",
+        repartition.log()
+    );
+    let second = crate::groups::read(&redis, "t0:1", "billing", 100_000, 100_000).await;
+    assert_eq!(first + second, 200);
     let code = repartition.wait_exit(Duration::from_secs(30));
     assert_eq!(code, Some(0), "{}", repartition.log());
     let said = repartition.log();
@@ -218,7 +267,16 @@ async fn the_consumer_library_reads_every_partition_in_key_order_with_one_dead_s
 
     let db = TestDb::new().await;
     let redis = TestRedis::shared();
-    insert_events(&db, 400, 1, 12).await;
+    insert_events(
+        &db,
+        Events {
+            n: 1..=400,
+            topics: 1,
+            keys: 12,
+            ..Events::varied()
+        },
+    )
+    .await;
     db.exec(
         "INSERT INTO outbox (topic, payload, partition_key) VALUES ('t0', '{\"poison\": true, \"n\": 0}', 'k5')",
     )
@@ -271,10 +329,9 @@ async fn the_consumer_library_reads_every_partition_in_key_order_with_one_dead_s
         }
     }
     // The poison event is dead-lettered to the topic's one dead stream, whatever its partition.
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while redis.xlen("t0:dead").await < 1 {
-        assert!(std::time::Instant::now() < deadline, "no dead letter");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    eventually(Duration::from_secs(20), "a dead letter", || async {
+        redis.xlen("t0:dead").await >= 1
+    })
+    .await;
     assert_eq!(redis.xlen("t0:dead").await, 1);
 }

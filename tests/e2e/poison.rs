@@ -1,7 +1,7 @@
 //! Poison events: retried with backoff, dead after max attempts, while other topics and keys
 //! flow; later events of a poisoned key wait for it, then flow once it is dead.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::support::*;
 use redis::AsyncCommands;
@@ -36,7 +36,16 @@ async fn wrongtype_case(overlap: bool) {
            ('bad', '{\"n\":1}', 'kb'), ('bad', '{\"n\":2}', 'kb'), ('bad', '{\"n\":3}', NULL)",
     )
     .await;
-    insert_events(&db, 2_000, 2, 10).await;
+    insert_events(
+        &db,
+        Events {
+            n: 1..=2_000,
+            topics: 2,
+            keys: 10,
+            ..Events::varied()
+        },
+    )
+    .await;
     let relay = RelayProc::spawn("poison", &env);
     db.wait_for(
         "SELECT count(*) FROM outbox WHERE topic <> 'bad' AND published_at IS NULL",
@@ -93,35 +102,34 @@ async fn a_keys_later_events_wait_for_its_failing_event_then_flow_in_order() {
     .await;
     let _relay = RelayProc::spawn("poison-key", &env);
     // While the oversized head is being retried, its key's later events stay unpublished.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let mut observed_waiting = false;
-    while Instant::now() < deadline {
-        // One statement, one snapshot: the head may die (and its key flow) between two.
-        let both = db
-            .scalar(
-                "SELECT count(*) FILTER (WHERE payload->>'n' = '1' AND attempts >= 1 AND dead_at IS NULL) * 1000
-                      + count(*) FILTER (WHERE partition_key = 'k' AND published_at IS NOT NULL)
-                 FROM outbox",
-            )
-            .await;
-        let (retrying, published) = (both / 1000, both % 1000);
-        if retrying == 1 {
-            assert_eq!(
-                published, 0,
-                "later events of the key must wait for the failing one"
-            );
-            observed_waiting = true;
-        }
-        if db
-            .scalar("SELECT count(*) FROM outbox WHERE dead_at IS NOT NULL")
-            .await
-            == 1
-        {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(observed_waiting, "never saw the head being retried");
+    let observed_waiting = std::cell::Cell::new(false);
+    eventually(
+        Duration::from_secs(20),
+        "the oversized head to be dead-lettered",
+        || async {
+            // One statement, one snapshot: the head may die (and its key flow) between two.
+            let both = db
+                .scalar(
+                    "SELECT count(*) FILTER (WHERE payload->>'n' = '1' AND attempts >= 1 AND dead_at IS NULL) * 1000
+                          + count(*) FILTER (WHERE partition_key = 'k' AND published_at IS NOT NULL)
+                     FROM outbox",
+                )
+                .await;
+            let (retrying, published) = (both / 1000, both % 1000);
+            if retrying == 1 {
+                assert_eq!(
+                    published, 0,
+                    "later events of the key must wait for the failing one"
+                );
+                observed_waiting.set(true);
+            }
+            db.scalar("SELECT count(*) FROM outbox WHERE dead_at IS NOT NULL")
+                .await
+                == 1
+        },
+    )
+    .await;
+    assert!(observed_waiting.get(), "never saw the head being retried");
     db.wait_for(
         "SELECT count(*) FROM outbox WHERE published_at IS NOT NULL",
         3,

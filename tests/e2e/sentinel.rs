@@ -39,9 +39,30 @@ async fn relay_consumer_and_tail_follow_a_sentinel_failover_while_events_flow() 
 
     let url = db.url.clone();
     let producer = tokio::spawn(async move {
-        produce_rounds(&url, 0, 60, 25, 2, 20, Duration::from_millis(50)).await
+        produce_rounds(
+            &url,
+            Rounds {
+                rounds: 60,
+                per_round: 25,
+                topics: 2,
+                keys: 20,
+                pause: Duration::from_millis(50),
+                ..Rounds::default()
+            },
+        )
+        .await
     });
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // The master dies with events flowing: some published to it, more to come.
+    eventually(
+        Duration::from_secs(30),
+        "events published before the failover",
+        || async {
+            db.scalar("SELECT count(*) FROM outbox WHERE published_at IS NOT NULL")
+                .await
+                > 0
+        },
+    )
+    .await;
     let old = master.port;
     master.signal("-KILL");
     master.stop();
@@ -99,7 +120,16 @@ async fn sentinels_with_a_password_of_their_own_and_a_master_with_another() {
     ));
     let relay = RelayProc::spawn("sentinel-auth", &env);
     relay.wait_ready(Duration::from_secs(20)).await;
-    insert_events(&db, 50, 1, 5).await;
+    insert_events(
+        &db,
+        Events {
+            n: 1..=50,
+            topics: 1,
+            keys: 5,
+            ..Events::varied()
+        },
+    )
+    .await;
     db.wait_until_published(Duration::from_secs(30)).await;
     let direct = TestRedis {
         url: format!("redis://:master-pw@127.0.0.1:{}", master.port),
@@ -117,6 +147,16 @@ async fn sentinels_with_a_password_of_their_own_and_a_master_with_another() {
         .http()
         .wait_status("/healthz", 200, Duration::from_secs(20))
         .await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(refused.http().status("/readyz"), 503);
+    // A background check has run (its verdict is fresh): it had its chance to reach Redis.
+    let readyz = eventually(
+        Duration::from_secs(20),
+        "a fresh readiness check",
+        || async {
+            let res = refused.http().get("/readyz");
+            (res.json["fresh"] == true).then_some(res)
+        },
+    )
+    .await;
+    assert_eq!(readyz.status, 503, "{}", readyz.body);
+    assert_eq!(readyz.json["redis"], false, "{}", readyz.body);
 }

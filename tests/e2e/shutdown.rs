@@ -9,7 +9,16 @@ use crate::support::*;
 async fn sigterm_exits_zero_and_another_replica_takes_over() {
     let db = TestDb::new().await;
     let redis = TestRedis::shared();
-    insert_events(&db, 60_000, 3, 100).await;
+    insert_events(
+        &db,
+        Events {
+            n: 1..=60_000,
+            topics: 3,
+            keys: 100,
+            ..Events::varied()
+        },
+    )
+    .await;
     let mut env = base_env(&db, &redis);
     env.push(("OUTBOX__RELAY__LEASE".into(), "30s".into()));
     env.push(("OUTBOX__RELAY__BATCH_SIZE".into(), "200".into()));

@@ -1,6 +1,7 @@
 //! What a panic, a stall or an outage does to the probes and the process, driven through the
 //! fault-injection hooks (`relay::faults`, feature `test-hooks`; `make test` turns it on):
-//! a panic in a claim cycle restarts the claimer and relaying goes on; an actor killed by a
+//! a panic in a claim cycle restarts the claimer and relaying goes on, as does one in a
+//! dispatcher's publish (that dispatcher alone restarts); an actor killed by a
 //! panic its supervisor cannot catch ends the process with status 70; a stalled claim loop
 //! fails `/healthz`; `/readyz` answers at once during a Postgres outage; and every metric of
 //! the contract is in the first scrape.
@@ -34,7 +35,16 @@ async fn a_panic_in_a_claim_cycle_restarts_the_claimer_and_relaying_goes_on() {
             Duration::from_secs(20),
         )
         .await;
-    insert_events(&db, 500, 2, 7).await;
+    insert_events(
+        &db,
+        Events {
+            n: 1..=500,
+            topics: 2,
+            keys: 7,
+            ..Events::varied()
+        },
+    )
+    .await;
     db.wait_until_published(Duration::from_secs(20)).await;
     assert_eq!(assert_exactly_once(&redis, 2).await, 500);
     assert_eq!(
@@ -47,10 +57,63 @@ async fn a_panic_in_a_claim_cycle_restarts_the_claimer_and_relaying_goes_on() {
 
 #[tokio::test(flavor = "multi_thread")]
 #[cfg_attr(not(feature = "test-hooks"), ignore = "needs --features test-hooks")]
+async fn a_panic_in_a_dispatchers_publish_restarts_that_dispatcher_and_its_topic_goes_on() {
+    let db = TestDb::new().await;
+    let redis = TestRedis::shared();
+    // The third publish of any topic panics inside its dispatcher.
+    let mut relay = RelayProc::spawn(
+        "dispatch-panic",
+        &with_fault(&db, &redis, "dispatch-panic@3"),
+    );
+    relay
+        .http()
+        .wait_status("/readyz", 200, Duration::from_secs(20))
+        .await;
+    for round in 0..6 {
+        insert_events(
+            &db,
+            Events {
+                n: round * 20 + 1..=round * 20 + 20,
+                topics: 2,
+                keys: 7,
+                ..Events::default()
+            },
+        )
+        .await;
+        db.wait_until_published(Duration::from_secs(20)).await;
+    }
+    relay
+        .http()
+        .wait_metric(
+            "outbox_actor_panics_total{actor=\"dispatcher\"}",
+            |n| n == 1.0,
+            Duration::from_secs(5),
+        )
+        .await;
+    assert_eq!(assert_exactly_once(&redis, 2).await, 120);
+    assert_eq!(
+        relay.wait_exit(Duration::ZERO),
+        None,
+        "a dispatcher's panic is not the process's"
+    );
+    assert_eq!(relay.http().status("/healthz"), 200);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[cfg_attr(not(feature = "test-hooks"), ignore = "needs --features test-hooks")]
 async fn an_actor_killed_by_a_panic_ends_the_process_with_status_70() {
     let db = TestDb::new().await;
     let redis = TestRedis::shared();
-    insert_events(&db, 50, 1, 3).await;
+    insert_events(
+        &db,
+        Events {
+            n: 1..=50,
+            topics: 1,
+            keys: 3,
+            ..Events::varied()
+        },
+    )
+    .await;
     let mut relay = RelayProc::spawn("actor-lost", &with_fault(&db, &redis, "claimer-panic@3"));
     let code = relay.wait_exit(Duration::from_secs(30));
     assert_eq!(
@@ -84,13 +147,29 @@ async fn a_stalled_claim_loop_fails_healthz_while_events_are_pending() {
         .http()
         .wait_status("/healthz", 200, Duration::from_secs(20))
         .await;
-    tokio::time::sleep(Duration::from_secs(5)).await; // past relay.stall_after, nothing pending
+    eventually(
+        Duration::from_secs(20),
+        "the first cycle to stall",
+        || async { relay.log().contains("injected fault: stalling") },
+    )
+    .await;
+    // A stall is a span of time: the loop has now been silent for longer than stall_after.
+    tokio::time::sleep(Duration::from_secs(5)).await;
     assert_eq!(
         relay.http().status("/healthz"),
         200,
         "an idle relay is not stalled"
     );
-    insert_events(&db, 10, 1, 3).await;
+    insert_events(
+        &db,
+        Events {
+            n: 1..=10,
+            topics: 1,
+            keys: 3,
+            ..Events::varied()
+        },
+    )
+    .await;
     relay
         .http()
         .wait_status("/healthz", 503, Duration::from_secs(30))

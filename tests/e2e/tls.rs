@@ -91,7 +91,16 @@ async fn verify_full_and_rediss_deliver_everything_encrypted() {
         .expect("migrate over verify-full");
     assert!(applied > 0);
     let db = TestDb::at(&servers.pg.url());
-    insert_events(&db, 300, 1, 5).await;
+    insert_events(
+        &db,
+        Events {
+            n: 1..=300,
+            topics: 1,
+            keys: 5,
+            ..Events::varied()
+        },
+    )
+    .await;
     let env = tls_env(
         url,
         servers.redis.tls_url(),
@@ -134,7 +143,16 @@ async fn a_wrong_host_name_or_an_unknown_ca_is_never_talked_to() {
     outbox_relay::db::migrate::run_pending(&servers.pg.url())
         .await
         .expect("migrate");
-    insert_events(&db, 20, 1, 3).await;
+    insert_events(
+        &db,
+        Events {
+            n: 1..=20,
+            topics: 1,
+            keys: 3,
+            ..Events::varied()
+        },
+    )
+    .await;
     let redis_ca = [("OUTBOX__REDIS__CA_FILE", root.as_str())];
 
     // The certificate names localhost; the URL says 127.0.0.1.
@@ -199,27 +217,25 @@ async fn refused(relay: &RelayProc, server: &str, reason: &str) {
     let http = relay.http();
     http.wait_status("/healthz", 200, Duration::from_secs(20))
         .await;
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        let ready = http.get("/readyz");
-        let checked = ready.json["fresh"] == true && ready.json[server] == false;
-        let log = relay.log();
-        if checked && log.contains(reason) {
-            assert_eq!(ready.status, 503);
-            if server == "postgres" {
-                // The pool retries without end; the reason is said once a minute.
-                let lines = log.lines().filter(|l| l.contains(reason)).count();
-                assert_eq!(lines, 1, "one log line says why:\n{log}");
+    let (ready, log) = eventually(
+        Duration::from_secs(20),
+        &format!("{server} to be refused for {reason}"),
+        || async {
+            let ready = http.get("/readyz");
+            let checked = ready.json["fresh"] == true && ready.json[server] == false;
+            let log = relay.log();
+            match checked && log.contains(reason) {
+                true => Ok((ready, log)),
+                false => Err(format!("{} / log:\n{log}", ready.body)),
             }
-            return;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{server} was not refused for {reason}: {} / log:\n{}",
-            ready.body,
-            relay.log()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        },
+    )
+    .await;
+    assert_eq!(ready.status, 503);
+    if server == "postgres" {
+        // The pool retries without end; the reason is said once a minute.
+        let lines = log.lines().filter(|l| l.contains(reason)).count();
+        assert_eq!(lines, 1, "one log line says why:\n{log}");
     }
 }
 
@@ -233,7 +249,16 @@ async fn redis_with_mutual_tls_takes_only_a_client_with_a_certificate() {
         .await
         .expect("migrate");
     let db = TestDb::at(&servers.pg.url());
-    insert_events(&db, 50, 1, 3).await;
+    insert_events(
+        &db,
+        Events {
+            n: 1..=50,
+            topics: 1,
+            keys: 3,
+            ..Events::varied()
+        },
+    )
+    .await;
     let url = servers.pg_url(
         "localhost",
         &format!("sslmode=verify-full&sslrootcert={root}"),

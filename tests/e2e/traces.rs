@@ -9,6 +9,8 @@ use crate::support::*;
 
 const PRODUCER_TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const PRODUCER_SPAN: &str = "00f067aa0ba902b7";
+/// The trace of a later event whose spans show that the earlier ones' spans have arrived.
+const MARKER_TRACE: &str = "0af7651916cd43dd8448eb211c80319c";
 
 /// OTLP's span kinds.
 const PRODUCER: i32 = 4;
@@ -114,17 +116,41 @@ async fn a_producers_trace_runs_through_the_publish_span_to_the_consumers_span()
         }
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let spans = receiver.spans();
+    // A later traced event of the same key: each process exports its spans in the order they
+    // end, so once the marker's publish and process spans are in, every span the three
+    // earlier events had (or should not have had) is in too.
+    db.exec(&format!(
+        "INSERT INTO outbox (topic, payload, partition_key, headers) VALUES
+         ('t0', '{{\"n\": 4}}', 'k', '{{\"traceparent\": \"00-{MARKER_TRACE}-b7ad6b7169203331-01\"}}')"
+    ))
+    .await;
+    wait_for_span(&receiver, |s| {
+        s.kind == PRODUCER && s.trace_id == MARKER_TRACE
+    })
+    .await;
+    wait_for_span(&receiver, |s| {
+        s.kind == CONSUMER && s.trace_id == MARKER_TRACE
+    })
+    .await;
+    let spans: Vec<ReceivedSpan> = receiver
+        .spans()
+        .into_iter()
+        .filter(|s| s.trace_id != MARKER_TRACE)
+        .collect();
     let publishes: Vec<&ReceivedSpan> = spans.iter().filter(|s| s.kind == PRODUCER).collect();
     assert_eq!(
         publishes.len(),
         1,
         "only the traced event has a publish span"
     );
-    assert!(spans
+    let processed: Vec<&ReceivedSpan> = spans.iter().filter(|s| s.kind == CONSUMER).collect();
+    assert_eq!(
+        processed.len(),
+        3,
+        "each event processed in a span: {processed:?}"
+    );
+    assert!(processed
         .iter()
-        .filter(|s| s.kind == CONSUMER)
         .all(|s| s.trace_id == PRODUCER_TRACE || s.parent_span_id.is_empty()));
     assert!(receiver
         .requests()

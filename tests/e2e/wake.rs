@@ -2,7 +2,8 @@
 //! back when the rate falls; while quiet, the relay polls on its own, so nothing waits for the
 //! long poll interval.
 
-use std::time::{Duration, Instant};
+use std::cell::Cell;
+use std::time::Duration;
 
 use crate::support::*;
 use diesel_async::SimpleAsyncConnection;
@@ -56,22 +57,41 @@ async fn the_trigger_skips_notify_while_a_relay_is_busy_even_for_an_insert_only_
 async fn a_draining_relay_quiets_producers_then_notify_wakes_it_again() {
     let db = TestDb::new().await;
     let redis = TestRedis::shared();
-    insert_events(&db, 40_000, 4, 100).await;
+    insert_events(
+        &db,
+        Events {
+            n: 1..=40_000,
+            topics: 4,
+            keys: 100,
+            ..Events::varied()
+        },
+    )
+    .await;
     let mut env = base_env(&db, &redis);
     // Only NOTIFY (or the relay's own fast poll) can deliver anything within a minute.
     env.push(("OUTBOX__RELAY__POLL_INTERVAL".into(), "60s".into()));
     let relay = RelayProc::spawn("quiet", &env);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let mut saw_quiet = false;
-    let mut saw_gauge = false;
-    while db.pending().await > 0 {
-        assert!(Instant::now() < deadline, "drain did not finish");
-        if db.scalar(QUIET_NOW).await == 1 {
-            saw_quiet = true;
-            saw_gauge |= relay.http().metrics().contains("outbox_producers_quiet 1");
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let (saw_quiet, saw_gauge) = (Cell::new(false), Cell::new(false));
+    // Polled often: the quiet spell lasts only while the drain does.
+    eventually_every(
+        Duration::from_secs(60),
+        Duration::from_millis(20),
+        "the drain to finish",
+        || async {
+            if db.pending().await == 0 {
+                return true;
+            }
+            if db.scalar(QUIET_NOW).await == 1 {
+                saw_quiet.set(true);
+                if relay.http().metrics().contains("outbox_producers_quiet 1") {
+                    saw_gauge.set(true);
+                }
+            }
+            false
+        },
+    )
+    .await;
+    let (saw_quiet, saw_gauge) = (saw_quiet.get(), saw_gauge.get());
     assert!(
         saw_quiet,
         "a relay draining 40k events never quieted producers"
@@ -102,14 +122,19 @@ async fn a_draining_relay_quiets_producers_then_notify_wakes_it_again() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn while_quiet_the_relay_polls_on_its_own() {
-    let db = TestDb::new().await;
-    let redis = TestRedis::shared();
-    let mut env = base_env(&db, &redis);
-    env.push(("OUTBOX__RELAY__POLL_INTERVAL".into(), "60s".into()));
-    // Any trickle counts as busy: the first event's NOTIFY starts it, then it is quiet.
-    env.push(("OUTBOX__RELAY__QUIET_ABOVE".into(), "1".into()));
-    let relay = RelayProc::spawn("quiet-poll", &env);
-    relay.wait_ready(Duration::from_secs(20)).await;
+    let Bundle {
+        db,
+        redis,
+        relay: _relay,
+    } = setup(
+        "quiet-poll",
+        &[
+            ("OUTBOX__RELAY__POLL_INTERVAL", "60s"),
+            // Any trickle counts as busy: the first event's NOTIFY starts it, then it is quiet.
+            ("OUTBOX__RELAY__QUIET_ABOVE", "1"),
+        ],
+    )
+    .await;
     let mut saw_quiet = false;
     for n in 0..30 {
         db.exec(&format!(

@@ -15,7 +15,7 @@ use actix::Recipient;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use crate::db::dead::{self, DeadAction, DeadFilter, Steered};
+use crate::db::outbox::dead::{self, DeadAction, DeadFilter, Steered};
 use crate::db::{topics, Db, DbError};
 use crate::producer::{NewEvent, ProducerError};
 use crate::relay::messages::Wake;

@@ -12,7 +12,7 @@ use super::openapi::TopicName;
 use crate::admin::actions::check_dead_filter;
 use crate::admin::caller::Caller;
 use crate::admin::AdminState;
-use crate::db::dead::{self, DeadAction, DeadFilter};
+use crate::db::outbox::dead::{self, DeadAction, DeadFilter};
 
 /// Which dead letters; every field narrows, an empty filter takes all of them.
 #[derive(Debug, Clone, Default, Deserialize, ToSchema, IntoParams)]

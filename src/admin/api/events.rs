@@ -16,8 +16,8 @@ use super::{next_cursor, valid_topic, Page};
 use crate::admin::actions::{check_text, Enqueued};
 use crate::admin::caller::Caller;
 use crate::admin::AdminState;
-use crate::db::dead::DeadAction;
-use crate::db::events::{self, EventFilter, EventRow, Status};
+use crate::db::outbox::browse::{self, EventFilter, EventRow, Status};
+use crate::db::outbox::dead::DeadAction;
 use crate::producer::NewEvent;
 
 /// One event.
@@ -173,7 +173,7 @@ pub async fn list(
     let budget = state.max_response_bytes;
     let listed = state
         .db
-        .unit(async |c| events::list(c, &filter, cursor, limit + 1, budget).await)
+        .unit(async |c| browse::list(c, &filter, cursor, limit + 1, budget).await)
         .await?;
     let mut rows = listed.rows;
     let next = match listed.cut {
@@ -189,7 +189,7 @@ pub async fn list(
 async fn load(state: &AdminState, id: Uuid) -> ApiResult<EventRow> {
     state
         .db
-        .unit(async |c| events::get(c, id).await)
+        .unit(async |c| browse::get(c, id).await)
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("no event {id}")))
 }
@@ -249,7 +249,7 @@ pub async fn timeline(
     let budget = state.max_response_bytes;
     let (earlier, later) = state
         .db
-        .unit(async |c| events::timeline(c, &row, limit, budget).await)
+        .unit(async |c| browse::timeline(c, &row, limit, budget).await)
         .await?;
     let views = |rows: Vec<EventRow>| rows.into_iter().map(EventView::from).collect();
     Ok(HttpResponse::Ok().json(Timeline {

@@ -7,7 +7,8 @@ use utoipa::ToSchema;
 
 use super::error::ApiResult;
 use crate::admin::AdminState;
-use crate::db::{events, DbError};
+use crate::db::outbox::stats;
+use crate::db::DbError;
 
 /// The answer of `GET /api/v1/stats`.
 #[derive(Debug, Serialize, ToSchema)]
@@ -47,8 +48,8 @@ pub struct TopicStats {
     pub maxlen: Option<i64>,
 }
 
-impl From<events::TopicCounts> for TopicStats {
-    fn from(t: events::TopicCounts) -> Self {
+impl From<stats::TopicCounts> for TopicStats {
+    fn from(t: stats::TopicCounts) -> Self {
         TopicStats {
             topic: t.topic,
             pending: t.pending,
@@ -69,7 +70,7 @@ pub async fn get(state: web::Data<AdminState>) -> ApiResult<HttpResponse> {
         .db
         .unit(async |c| {
             let rows = counts::topic_counts(&state.published, c, None).await?;
-            Ok::<_, DbError>((rows, events::flight(c).await?))
+            Ok::<_, DbError>((rows, stats::flight(c).await?))
         })
         .await?;
     let topics: Vec<TopicStats> = rows.into_iter().map(TopicStats::from).collect();

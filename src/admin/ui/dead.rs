@@ -2,7 +2,7 @@
 //! retry or discard of one event, one group, or everything matching a filter.
 //!
 //! Every action goes through a confirmation page that first counts what it would touch (a
-//! dry run with `db::dead::count`), then posts to `/dead/apply`, which calls the same
+//! dry run with `db::outbox::dead::count`), then posts to `/dead/apply`, which calls the same
 //! [`actions`](crate::admin::actions) as the API (audit row, claimer woken).
 
 use actix_web::{web, HttpRequest, HttpResponse};
@@ -16,8 +16,9 @@ use super::session::Session;
 use super::{events as event_pages, see_other, UiError};
 use crate::admin::actions::{check_dead_filter, ActionError};
 use crate::admin::AdminState;
-use crate::db::dead::{self, DeadAction, DeadFilter};
-use crate::db::{events, DbError};
+use crate::db::outbox::browse;
+use crate::db::outbox::dead::{self, DeadAction, DeadFilter};
+use crate::db::DbError;
 
 /// Dead events listed under the groups.
 const LATEST: i64 = 50;
@@ -272,7 +273,7 @@ pub async fn confirm(
     let (count, what) = state.db.unit(async |c| {
         Ok::<_, UiError>(match t.one()? {
             Some(id) => {
-                let e = events::get(c, id)
+                let e = browse::get(c, id)
                     .await?
                     .ok_or_else(|| UiError::NotFound(format!("no event {id}")))?;
                 let dead = e.dead_at.is_some() && e.discarded_at.is_none();
@@ -326,7 +327,7 @@ pub async fn confirm(
     ))
 }
 
-/// `POST /dead/apply`: does it, writes the audit row (in `db::dead`), wakes the claimer.
+/// `POST /dead/apply`: does it, writes the audit row (in `db::outbox::dead`), wakes the claimer.
 pub async fn apply(
     session: Session,
     state: web::Data<AdminState>,

@@ -13,7 +13,7 @@ use super::layout::{self, Nav};
 use super::session::Session;
 use super::{see_other, UiError};
 use crate::admin::AdminState;
-use crate::db::events::{self, EventFilter, EventRow, Status};
+use crate::db::outbox::browse::{self, EventFilter, EventRow, Status};
 
 /// Rows per page.
 const PAGE: i64 = 50;
@@ -116,7 +116,7 @@ pub async fn list(
     let budget = state.max_response_bytes;
     let listed = state
         .db
-        .unit(async |c| events::list(c, &filter, q.before, PAGE, budget).await)
+        .unit(async |c| browse::list(c, &filter, q.before, PAGE, budget).await)
         .await?;
     let rows = listed.rows;
     let older = (listed.cut || rows.len() as i64 == PAGE)
@@ -181,10 +181,10 @@ pub async fn detail(
     let (e, earlier, later) = state
         .db
         .unit(async |c| {
-            let e = events::get(c, id).await?.ok_or_else(|| {
+            let e = browse::get(c, id).await?.ok_or_else(|| {
                 UiError::NotFound(format!("no event {id} (retention may have deleted it)"))
             })?;
-            let (earlier, later) = events::timeline(c, &e, TIMELINE, budget).await?;
+            let (earlier, later) = browse::timeline(c, &e, TIMELINE, budget).await?;
             Ok::<_, UiError>((e, earlier, later))
         })
         .await?;

@@ -15,7 +15,8 @@ use super::{see_other, UiError};
 use crate::admin::api::replicas::alive_ms;
 use crate::admin::AdminState;
 use crate::db::outbox::republish;
-use crate::db::{audit, events, replicas, DbError};
+use crate::db::outbox::stats;
+use crate::db::{audit, replicas, DbError};
 use crate::relay::throughput::{Minutes, MINUTES};
 
 /// An inline SVG bar chart of per-minute counts, oldest left.
@@ -120,12 +121,12 @@ pub async fn page(
             .unit(async |c| {
                 let topics = counts::topic_counts(&state.published, c, None).await?;
                 let losses = audit::recent(c, republish::LOSS_ACTION, LOSSES_SHOWN_HOURS).await?;
-                Ok::<_, DbError>((topics, events::flight(c).await?, losses))
+                Ok::<_, DbError>((topics, stats::flight(c).await?, losses))
             })
             .await?
     };
     let minutes = cluster_minutes(&state).await?;
-    let sum = |f: fn(&events::TopicCounts) -> i64| topics.iter().map(f).sum::<i64>();
+    let sum = |f: fn(&stats::TopicCounts) -> i64| topics.iter().map(f).sum::<i64>();
     let (pending, dead) = (sum(|t| t.pending), sum(|t| t.dead));
     let oldest = flight.oldest_pending_age_seconds;
     let content = html! {

@@ -1,5 +1,9 @@
-//! The relay's SQL of the `outbox` table: claiming, marking, retrying, dead-lettering,
-//! retention, stats. The admin's reads are in `events`, its dead-letter steering in `dead`.
+//! All SQL of the `outbox` table, one module per concern. The relay's: claiming (`claim`),
+//! marking, retrying and dead-lettering (`settle`), retention, the backlog (`backlog`), and
+//! republishing a range (`republish`). The admin's: the event lists and timelines
+//! ([`browse`]), the counts behind `/api/v1/stats` ([`stats`]), and steering dead letters
+//! ([`dead`]). Other tables (`outbox_topics`, audit, ...) have their own modules under `db`;
+//! the producer's insert is `producer`'s, through the diesel schema.
 //!
 //! The claim happens in two statements inside the relay's publish transaction:
 //! [`claim_heads`] locks the oldest claimable events (each the first pending event of its
@@ -7,10 +11,13 @@
 //! that follow each claimed key head, so a hot key moves a whole run per round trip.
 
 mod backlog;
+pub mod browse;
 mod claim;
+pub mod dead;
 pub mod republish;
 mod retention;
 mod settle;
+pub mod stats;
 
 pub(crate) use backlog::OLDEST_DUE_AGE_SQL;
 pub use backlog::{backlog, next_due_in_ms, Backlog};

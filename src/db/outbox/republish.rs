@@ -9,7 +9,7 @@ use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use uuid::Uuid;
 
 use crate::db::{audit, stream_marks, topics, DbError};
-use crate::publish::EntryId;
+use outbox_core::entry_id::EntryId;
 
 /// A published row, as a repair needs it.
 #[derive(Debug, Clone, QueryableByName)]

@@ -5,32 +5,25 @@
 use std::future::Future;
 use std::path::PathBuf;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use redis::AsyncCommands;
 use uuid::Uuid;
 
 use super::process::Logged;
-use super::{produce_rounds, TestDb, TestRedis, BIN};
+use super::{eventually, produce_rounds, Rounds, TestDb, TestRedis, BIN};
 
 /// The group the consumer tests' example consumers join.
 pub const EFFECTS_GROUP: &str = "effects";
 
-/// Polls `check` until it returns `Ok`, or panics after `timeout` with its last `Err`.
-pub async fn wait_until<F, Fut>(timeout: Duration, mut check: F)
+/// [`eventually`] for a check that says what it saw: polls `check` until it returns `Ok`, or
+/// panics after `timeout` with its last `Err`.
+pub async fn wait_until<F, Fut>(timeout: Duration, check: F)
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<(), String>>,
 {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let last = match check().await {
-            Ok(()) => return,
-            Err(e) => e,
-        };
-        assert!(Instant::now() < deadline, "timed out: {last}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    eventually(timeout, "the check to pass", check).await
 }
 
 /// Each event of `topic` in the outbox that is not poison has exactly one row in
@@ -75,7 +68,11 @@ pub async fn wait_settled(db: &TestDb, redis: &TestRedis, topic: &str, applied: 
             .scalar("SELECT count(DISTINCT event_id) FROM example_effects")
             .await;
         let dead_now = redis.xlen(&format!("{topic}:dead")).await;
-        let (pending, _) = group_pending(redis, topic, EFFECTS_GROUP).await;
+        // The consumers make the group as they start.
+        let pending = match try_group_pending(redis, topic, EFFECTS_GROUP).await {
+            Ok((pending, _)) => pending,
+            Err(e) => return Err(format!("applied {got}/{applied}: {e}")),
+        };
         if got == applied && dead_now == dead && pending == 0 {
             Ok(())
         } else {
@@ -147,7 +144,19 @@ pub async fn sigkill_while_producing(db: &TestDb, redis: &TestRedis, chaos: Chao
     let producer = tokio::spawn({
         let url = db.url.clone();
         let (rounds, keys) = (chaos.rounds, chaos.keys);
-        async move { produce_rounds(&url, 0, rounds, 50, 1, keys, Duration::from_millis(50)).await }
+        async move {
+            produce_rounds(
+                &url,
+                Rounds {
+                    rounds,
+                    per_round: 50,
+                    keys,
+                    pause: Duration::from_millis(50),
+                    ..Rounds::default()
+                },
+            )
+            .await
+        }
     });
     let mut kills = 0;
     let mut rng = rand::rng();
@@ -194,27 +203,31 @@ pub fn example_bin() -> PathBuf {
         root.join("consumer/examples/inbox_consumer.rs"),
         root.join("consumer/Cargo.toml"),
     ];
-    for crate_src in [
-        "consumer/src",
-        "consumer/src/inbox",
-        "consumer/src/fleet",
-        "consumer/src/stream",
-        "core/src",
-    ] {
-        if let Ok(dir) = std::fs::read_dir(root.join(crate_src)) {
-            sources.extend(dir.filter_map(|e| e.ok()).map(|e| e.path()));
+    // Every file of the two crates' sources, their module folders included.
+    let mut dirs = vec![root.join("consumer/src"), root.join("core/src")];
+    while let Some(dir) = dirs.pop() {
+        let entries =
+            std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("list {}: {e}", dir.display()));
+        for entry in entries {
+            let path = entry.expect("a directory entry").path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else {
+                sources.push(path);
+            }
         }
     }
+    // A source whose time cannot be read could be the newer one: it fails the check too.
     for source in sources {
-        let changed = std::fs::metadata(&source).and_then(|m| m.modified());
-        if let Ok(changed) = changed {
-            assert!(
-                changed <= built,
-                "{} is older than {}: run `cargo build -p outbox-consumer --examples --all-features` first",
-                bin.display(),
-                source.display()
-            );
-        }
+        let changed = std::fs::metadata(&source)
+            .and_then(|m| m.modified())
+            .unwrap_or_else(|e| panic!("the time of {}: {e}", source.display()));
+        assert!(
+            changed <= built,
+            "{} is older than {}: run `cargo build -p outbox-consumer --examples --all-features` first",
+            bin.display(),
+            source.display()
+        );
     }
     bin
 }
@@ -286,17 +299,33 @@ impl ExampleConsumer {
     }
 }
 
-/// The group's pending entries on `topic`'s stream: the total, and per consumer.
+/// The group's pending entries on `topic`'s stream: the total, and per consumer. Panics when
+/// Redis does not answer or the group does not exist (a group never made has nothing pending,
+/// but a test that expects it has a bug to see).
 pub async fn group_pending(
     redis: &TestRedis,
     topic: &str,
     group: &str,
 ) -> (usize, Vec<(String, usize)>) {
+    try_group_pending(redis, topic, group)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// [`group_pending`], or what went wrong (for a poll that may run before the group exists).
+pub async fn try_group_pending(
+    redis: &TestRedis,
+    topic: &str,
+    group: &str,
+) -> Result<(usize, Vec<(String, usize)>), String> {
     let mut c = redis.reader().await;
-    let reply: redis::RedisResult<redis::streams::StreamPendingReply> =
-        c.xpending(redis.stream(topic), group).await;
-    match reply {
-        Ok(redis::streams::StreamPendingReply::Data(data)) => (
+    let stream = redis.stream(topic);
+    let reply: redis::streams::StreamPendingReply = c
+        .xpending(&stream, group)
+        .await
+        .map_err(|e| format!("XPENDING {stream} {group}: {e}"))?;
+    Ok(match reply {
+        redis::streams::StreamPendingReply::Data(data) => (
             data.count,
             data.consumers
                 .into_iter()
@@ -304,7 +333,7 @@ pub async fn group_pending(
                 .collect(),
         ),
         _ => (0, Vec::new()),
-    }
+    })
 }
 
 /// Appends an entry to `topic`'s stream with the relay's fields; returns the event id.

@@ -2,7 +2,7 @@
 //! PostgreSQL server of the test's own for outages.
 
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use diesel::connection::SimpleConnection;
 use diesel::pg::PgNotification;
@@ -12,7 +12,7 @@ use diesel_async::{AsyncConnection, AsyncPgConnection, SimpleAsyncConnection};
 use futures::{Stream, StreamExt};
 use uuid::Uuid;
 
-use super::free_port;
+use super::{eventually, free_port};
 
 /// Where the tests' Postgres listens: `OUTBOX_TEST_PG_ADDR` (`make test` sets it to the
 /// private cluster's when the system's would not let the tests in), else 127.0.0.1:5432.
@@ -149,17 +149,13 @@ impl TestDb {
 
     /// Waits until `sql` (a bigint) equals `want`, or panics after `timeout`.
     pub async fn wait_for(&self, sql: &str, want: i64, timeout: Duration) {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let got = self.scalar(sql).await;
-            if got == want {
-                return;
+        eventually(timeout, &format!("`{sql}` = {want}"), || async {
+            match self.scalar(sql).await {
+                got if got == want => Ok(()),
+                got => Err(format!("last value {got}")),
             }
-            if Instant::now() > deadline {
-                panic!("timed out waiting for `{sql}` = {want}, last value {got}");
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        })
+        .await
     }
     /// Returns once a claim cycle that began after this call has committed: a sentinel event
     /// inserted now is published (then its row is deleted, so counts are as before; its
@@ -275,7 +271,7 @@ pub(super) fn running_as_root() -> bool {
         .arg("-u")
         .output()
         .map(|o| o.stdout == b"0\n")
-        .unwrap_or(false)
+        .expect("run `id -u`")
 }
 
 fn as_postgres_user(program: &std::path::Path) -> Command {

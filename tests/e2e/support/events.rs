@@ -2,32 +2,80 @@
 //! exactly-once and per-key order.
 
 use std::collections::HashMap;
+use std::ops::RangeInclusive;
 use std::time::Duration;
 
 use diesel_async::{AsyncConnection, AsyncPgConnection, SimpleAsyncConnection};
 
 use super::{TestDb, TestRedis};
 
-/// Inserts `n` events with SQL: topics t0..t{topics-1}, keys k0..k{keys-1} (every 4th unkeyed);
-/// payload `n` counts in insertion order, so `assert_exactly_once` can check per-key order.
-pub async fn insert_events(db: &TestDb, n: usize, topics: usize, keys: usize) {
-    db.exec(&format!(
-        "INSERT INTO outbox (topic, payload, partition_key, headers)
-         SELECT 't' || (i % {topics}), jsonb_build_object('i', i, 'n', i, 'text', 'héllo \"quoted\" <b>'),
-                CASE WHEN i % 4 = 0 THEN NULL ELSE 'k' || (i % {keys}) END,
-                jsonb_build_object('trace', 'tr-' || i)
-         FROM generate_series(1, {n}) AS i"
-    ))
-    .await;
+/// Test events for [`insert_events`]: one per payload number `n`, inserted in `n` order with
+/// one statement, so per-key order is checkable (each key's `n` grows with its insertion).
+/// Unset fields take [`Events::default`]'s; [`Events::varied`] is the shape most tests use.
+#[derive(Clone, Debug)]
+pub struct Events {
+    /// The payload `n` of each event, one event per number.
+    pub n: RangeInclusive<i64>,
+    /// Topics `t0..`: event `n` goes to `t{n % topics}`.
+    pub topics: usize,
+    /// Keys `k0..`: event `n` has key `k{n % keys}`.
+    pub keys: usize,
+    /// Events whose `n` is a multiple of 4 have no key.
+    pub some_unkeyed: bool,
+    /// Payload fields beyond `n` (`i`, a text with an accent, quotes and markup) and a `trace`
+    /// header: what a relay must carry intact.
+    pub rich: bool,
 }
 
-/// Inserts events with payload `n` from `from` to `to` (one statement, in `n` order) on
-/// `topics` topics t0.. and `keys` keys k0..: ranges that do not overlap keep per-key order
-/// checkable across several calls.
-pub async fn insert_range(db: &TestDb, from: i64, to: i64, topics: usize, keys: usize) {
+impl Default for Events {
+    /// One event, `n` = 1, topic t0, key k0, payload `{"n": 1}`, no headers.
+    fn default() -> Events {
+        Events {
+            n: 1..=1,
+            topics: 1,
+            keys: 1,
+            some_unkeyed: false,
+            rich: false,
+        }
+    }
+}
+
+impl Events {
+    /// Every 4th event unkeyed, rich payloads and headers (set `n`, `topics` and `keys`).
+    pub fn varied() -> Events {
+        Events {
+            some_unkeyed: true,
+            rich: true,
+            ..Events::default()
+        }
+    }
+}
+
+/// Inserts `events` with one SQL statement.
+pub async fn insert_events(db: &TestDb, events: Events) {
+    let Events {
+        n,
+        topics,
+        keys,
+        some_unkeyed,
+        rich,
+    } = events;
+    let (from, to) = n.into_inner();
+    let payload = match rich {
+        true => "jsonb_build_object('i', i, 'n', i, 'text', 'héllo \"quoted\" <b>')",
+        false => "jsonb_build_object('n', i)",
+    };
+    let key = match some_unkeyed {
+        true => format!("CASE WHEN i % 4 = 0 THEN NULL ELSE 'k' || (i % {keys}) END"),
+        false => format!("'k' || (i % {keys})"),
+    };
+    let (headers_column, headers) = match rich {
+        true => (", headers", ", jsonb_build_object('trace', 'tr-' || i)"),
+        false => ("", ""),
+    };
     db.exec(&format!(
-        "INSERT INTO outbox (topic, payload, partition_key)
-         SELECT 't' || (i % {topics}), jsonb_build_object('n', i), 'k' || (i % {keys})
+        "INSERT INTO outbox (topic, payload, partition_key{headers_column})
+         SELECT 't' || (i % {topics}), {payload}, {key}{headers}
          FROM generate_series({from}, {to}) AS i ORDER BY i"
     ))
     .await;
@@ -63,22 +111,54 @@ pub fn assert_per_key_order(entries: &[HashMap<String, String>]) {
     }
 }
 
-/// Inserts `rounds` transactions of `per_round` events on `topics` topics and `keys` keys;
-/// payload `n` is a global insertion counter, so per-key order is checkable.
-pub async fn produce_rounds(
-    db_url: &str,
-    start: i64,
-    rounds: usize,
-    per_round: i64,
-    topics: usize,
-    keys: usize,
-    pause: Duration,
-) {
+/// A producer's traffic for [`produce_rounds`]: `rounds` transactions of `per_round` events
+/// each, a pause after each; payload `n` counts up from `first_n` across rounds, so per-key
+/// order is checkable. Unset fields take [`Rounds::default`]'s.
+#[derive(Clone, Debug)]
+pub struct Rounds {
+    /// The payload `n` of the first event.
+    pub first_n: i64,
+    /// Transactions.
+    pub rounds: usize,
+    /// Events per transaction.
+    pub per_round: i64,
+    /// Topics `t0..`: event `n` goes to `t{n % topics}`.
+    pub topics: usize,
+    /// Keys `k0..`: event `n` has key `k{n % keys}`.
+    pub keys: usize,
+    /// After each transaction.
+    pub pause: Duration,
+}
+
+impl Default for Rounds {
+    /// One transaction of one event, `n` = 0, topic t0, key k0.
+    fn default() -> Rounds {
+        Rounds {
+            first_n: 0,
+            rounds: 1,
+            per_round: 1,
+            topics: 1,
+            keys: 1,
+            pause: Duration::ZERO,
+        }
+    }
+}
+
+/// Inserts `rounds`' transactions on a connection of its own to `db_url`.
+pub async fn produce_rounds(db_url: &str, rounds: Rounds) {
+    let Rounds {
+        first_n,
+        rounds,
+        per_round,
+        topics,
+        keys,
+        pause,
+    } = rounds;
     let mut conn = AsyncPgConnection::establish(db_url)
         .await
         .expect("producer connect");
     for r in 0..rounds {
-        let from = start + r as i64 * per_round;
+        let from = first_n + r as i64 * per_round;
         let to = from + per_round - 1;
         conn.batch_execute(&format!(
             "INSERT INTO outbox (topic, payload, partition_key)

@@ -5,9 +5,11 @@
 //! Responses keep their headers as sent (`Set-Cookie`, `Location`, `Retry-After`), and their
 //! body both as text and, when it is JSON, parsed.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ureq::http;
+
+use super::eventually;
 
 /// A client for one admin server; the headers it sends with every request (a token, a
 /// session cookie) are part of it, so a test holds one per identity.
@@ -61,11 +63,8 @@ impl Resp {
             .find("name=\"csrf\" value=\"")
             .expect("a csrf field")
             + 19;
-        self.body[at..]
-            .split('"')
-            .next()
-            .unwrap_or_default()
-            .to_string()
+        let value = self.body[at..].split('"').next();
+        value.expect("a quoted csrf value").to_string()
     }
 
     /// `name=value` of the session cookie set by this response.
@@ -185,58 +184,81 @@ impl Http {
         self.send("POST", path, Body::Form(form))
     }
 
-    /// The status of GET `path`, or 0 when nothing answers.
+    /// The status of GET `path`; panics when nothing answers.
     pub fn status(&self, path: &str) -> u16 {
-        self.try_send("GET", path, Body::Empty)
-            .map_or(0, |r| r.status)
+        self.get(path).status
     }
 
-    /// Waits until GET `path` answers `status`; panics after `timeout`.
+    /// Waits until GET `path` answers `status` (nothing answering yet is not it); panics after
+    /// `timeout`.
     pub async fn wait_status(&self, path: &str, status: u16, timeout: Duration) {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let got = self.status(path);
-            if got == status {
-                return;
+        let what = format!("127.0.0.1:{}{path} to answer {status}", self.port);
+        eventually(timeout, &what, || async {
+            match self.try_send("GET", path, Body::Empty) {
+                Some(r) if r.status == status => Ok(()),
+                Some(r) => Err(format!("answered {}", r.status)),
+                None => Err("no answer".into()),
             }
-            if Instant::now() > deadline {
-                panic!("127.0.0.1:{}{path}: wanted {status}, last {got}", self.port);
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        })
+        .await
     }
 
-    /// The `/metrics` page (empty when nothing answers).
+    /// The `/metrics` page; panics when nothing answers.
     pub fn metrics(&self) -> String {
-        self.try_send("GET", "/metrics", Body::Empty)
-            .map(|r| r.body)
-            .unwrap_or_default()
+        let res = self.get("/metrics");
+        assert_eq!(res.status, 200, "/metrics: {}", res.body);
+        res.body
     }
 
     /// The value of one series of `/metrics`, named as the page prints it (with its labels,
     /// if any: `outbox_events_published_total{topic="t0"}`); `None` while it is not there.
+    /// Panics when nothing answers.
     pub fn metric(&self, series: &str) -> Option<f64> {
-        self.metrics().lines().find_map(|l| {
-            let (name, value) = l.rsplit_once(' ')?;
-            (name == series).then(|| value.parse().ok()).flatten()
-        })
+        series_value(&self.metrics(), series)
     }
 
-    /// Waits until the series `series` of `/metrics` (absent counts as 0) satisfies `want`;
-    /// panics after `timeout`.
-    pub async fn wait_metric(&self, series: &str, want: impl Fn(f64) -> bool, timeout: Duration) {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let got = self.metric(series).unwrap_or(0.0);
-            if want(got) {
-                return;
-            }
-            if Instant::now() > deadline {
-                panic!("{series} never got where the test waited for; last {got}");
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+    /// The value of a counter: 0 while the series is not there (a counter appears at its first
+    /// increment). Panics when nothing answers.
+    pub fn counter(&self, series: &str) -> f64 {
+        self.metric(series).unwrap_or(0.0)
     }
+
+    /// Waits until the series `series` of `/metrics` (absent counts as 0) satisfies `want`
+    /// and returns its value; panics after `timeout` (nothing answering yet is not it).
+    pub async fn wait_metric(
+        &self,
+        series: &str,
+        want: impl Fn(f64) -> bool,
+        timeout: Duration,
+    ) -> f64 {
+        let what = format!("{series} to get where the test waits for");
+        eventually(timeout, &what, || async {
+            let res = self
+                .try_send("GET", "/metrics", Body::Empty)
+                .ok_or("no answer")?;
+            let got = series_value(&res.body, series).unwrap_or(0.0);
+            match want(got) {
+                true => Ok(got),
+                false => Err(format!("last {got}")),
+            }
+        })
+        .await
+    }
+
+    /// Waits until the counter `series` rises above its value now: the relay did what it
+    /// counts at least once more, after this call.
+    pub async fn wait_counter_rise(&self, series: &str, timeout: Duration) -> f64 {
+        let before = self.counter(series);
+        self.wait_metric(series, |got| got > before, timeout).await
+    }
+}
+
+/// One series' value on a `/metrics` page.
+fn series_value(page: &str, series: &str) -> Option<f64> {
+    page.lines().find_map(|l| {
+        let (name, value) = l.rsplit_once(' ')?;
+        (name == series).then(|| value.parse().ok()).flatten()
+    })
 }
 
 /// Form-encodes pairs.
@@ -244,4 +266,11 @@ pub fn form(pairs: &[(&str, &str)]) -> String {
     url::form_urlencoded::Serializer::new(String::new())
         .extend_pairs(pairs)
         .finish()
+}
+
+/// An admin server that does not answer is not one without the series.
+#[test]
+#[should_panic(expected = "no answer")]
+fn metrics_panic_when_nothing_answers() {
+    Http::new(super::free_port()).metric("outbox_claim_cycles_total");
 }

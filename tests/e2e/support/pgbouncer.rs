@@ -4,10 +4,10 @@
 
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::db::running_as_root;
-use super::{base_env, free_port, TestDb, TestRedis};
+use super::{base_env, eventually_blocking, free_port, TestDb, TestRedis};
 
 /// Server connections per database: a relay alone has 8 clients (`database.pool_size`).
 const SERVER_CONNECTIONS: usize = 3;
@@ -73,24 +73,22 @@ impl PgBouncer {
             .spawn()
             .expect("spawn pgbouncer (make services installs it)");
         let mut me = PgBouncer { port, child, dir };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        eventually_blocking(Duration::from_secs(10), "pgbouncer to listen", || {
             if let Ok(Some(status)) = me.child.try_wait() {
                 panic!("pgbouncer exited with {status}: {}", me.log());
             }
-            assert!(
-                Instant::now() < deadline,
-                "pgbouncer never listened: {}",
-                me.log()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+            TcpStream::connect(("127.0.0.1", port))
+                .map(drop)
+                .map_err(|e| format!("{e}: {}", me.log()))
+        });
         me
     }
 
     /// What it has logged so far.
     pub fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("pgbouncer.log")).unwrap_or_default()
+        let path = self.dir.path().join("pgbouncer.log");
+        std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("read the log {}: {e}", path.display()))
     }
 
     /// `db` reached through this pooler.
@@ -166,7 +164,11 @@ impl PgBouncer {
                     _ => None,
                 })
                 .expect("a row");
-            let value = |i: usize| row.get(i).unwrap_or_default().to_string();
+            let value = |i: usize| {
+                row.get(i)
+                    .unwrap_or_else(|| panic!("column {i} of the inspection is NULL"))
+                    .to_string()
+            };
             pids.insert(value(0));
             assert_eq!(
                 (value(1), value(2), value(3), value(4)),

@@ -25,7 +25,13 @@ impl Logged {
 
     /// What it has written to stderr so far.
     pub fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_else(|e| panic!("read the log {}: {e}", self.log.display()))
+    }
+
+    /// Where its stderr goes.
+    pub fn log_path(&self) -> &std::path::Path {
+        &self.log
     }
 
     pub fn kill9(&mut self) {

@@ -3,7 +3,7 @@
 //! replica replicates through one the test can hold back (its link cut and refused: it lags
 //! behind its master for real, not only in a stopped process's socket buffers).
 
-use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use tokio::net::{TcpListener, TcpStream};
@@ -17,6 +17,8 @@ pub struct Proxy {
     held: Arc<AtomicBool>,
     /// Bumped on a switch: connections to the old upstream close.
     generation: watch::Sender<u64>,
+    /// Connections accepted so far, whether or not the upstream took them.
+    accepted: Arc<AtomicU64>,
     accept: tokio::task::JoinHandle<()>,
 }
 
@@ -28,9 +30,12 @@ impl Proxy {
         let upstream = Arc::new(AtomicU16::new(upstream));
         let (generation, _) = watch::channel(0u64);
         let held = Arc::new(AtomicBool::new(false));
+        let accepted = Arc::new(AtomicU64::new(0));
         let (to, gen, holding) = (upstream.clone(), generation.clone(), held.clone());
+        let counted = accepted.clone();
         let accept = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
+                counted.fetch_add(1, Ordering::SeqCst);
                 if holding.load(Ordering::SeqCst) {
                     drop(client);
                     continue;
@@ -54,8 +59,15 @@ impl Proxy {
             upstream,
             held,
             generation,
+            accepted,
             accept,
         }
+    }
+
+    /// Connections accepted so far (a client trying again shows here while its server is
+    /// down).
+    pub fn connections(&self) -> u64 {
+        self.accepted.load(Ordering::SeqCst)
     }
 
     /// `redis://127.0.0.1:<port>`.

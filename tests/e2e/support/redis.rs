@@ -3,14 +3,14 @@
 
 use std::collections::HashMap;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use outbox_core::redis_conn::{self, RedisConn};
 use redis::AsyncCommands;
 use uuid::Uuid;
 
-use super::free_port;
 use super::tls::Issued;
+use super::{eventually_blocking, free_port};
 
 const REDIS_URL: &str = "redis://127.0.0.1:6379";
 
@@ -114,9 +114,14 @@ impl TestRedis {
         reply.ids.into_iter().map(|e| e.id).collect()
     }
 
+    /// The length of a topic's stream (0 when there is no such stream: XLEN says so); panics
+    /// when Redis does not answer, so "nothing was sent" cannot pass against a dead server.
     pub async fn xlen(&self, topic: &str) -> usize {
         let mut c = self.reader().await;
-        c.xlen(self.stream(topic)).await.unwrap_or(0)
+        let stream = self.stream(topic);
+        c.xlen(&stream)
+            .await
+            .unwrap_or_else(|e| panic!("XLEN {stream} on {}: {e}", self.url))
     }
 }
 
@@ -219,15 +224,12 @@ impl OwnRedis {
 
     /// Waits until this replica's link to its master is up.
     pub fn wait_in_sync(&self) {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
+        eventually_blocking(Duration::from_secs(20), "the replica to sync", || {
             let info = self.query::<String>(redis::cmd("INFO").arg("replication"));
-            if info.contains("master_link_status:up") {
-                return;
-            }
-            assert!(Instant::now() < deadline, "replica never in sync: {info}");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+            info.contains("master_link_status:up")
+                .then_some(())
+                .ok_or(info)
+        })
     }
 
     /// Runs one command on this server (blocking).
@@ -292,15 +294,10 @@ impl OwnRedis {
     }
 
     fn wait_listening(&self) {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "redis-server did not listen on {}",
-                self.port
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let what = format!("redis-server to listen on {}", self.port);
+        eventually_blocking(Duration::from_secs(10), &what, || {
+            std::net::TcpStream::connect(("127.0.0.1", self.port)).map_err(|e| e.to_string())
+        });
     }
 
     pub fn url(&self) -> String {
@@ -331,21 +328,18 @@ impl OwnRedis {
         if self.tls {
             return;
         }
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Ok(c) = redis::Client::open(self.url()) {
-                if let Ok(mut conn) = c.get_connection() {
-                    match redis::cmd("PING").query::<String>(&mut conn) {
-                        // A server with `requirepass` answers too: it is up.
-                        Ok(_) => return,
-                        Err(e) if e.to_string().contains("NOAUTH") => return,
-                        Err(_) => {}
-                    }
-                }
+        let what = format!("own redis-server to start on {}", self.port);
+        eventually_blocking(Duration::from_secs(10), &what, || {
+            let mut conn = redis::Client::open(self.url())
+                .and_then(|c| c.get_connection())
+                .map_err(|e| e.to_string())?;
+            match redis::cmd("PING").query::<String>(&mut conn) {
+                Ok(_) => Ok(()),
+                // A server with `requirepass` answers too: it is up.
+                Err(e) if e.to_string().contains("NOAUTH") => Ok(()),
+                Err(e) => Err(e.to_string()),
             }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        panic!("own redis-server did not start on {}", self.port);
+        })
     }
 
     pub fn stop(&mut self) {
@@ -360,4 +354,13 @@ impl Drop for OwnRedis {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// A helper that turned a connection error into 0 would let "nothing was sent" pass against a
+/// server that is not there.
+#[tokio::test]
+#[should_panic(expected = "XLEN")]
+async fn xlen_panics_when_redis_does_not_answer() {
+    let nobody = TestRedis::on(&format!("redis://127.0.0.1:{}", free_port()));
+    nobody.xlen("t0").await;
 }

@@ -3,14 +3,16 @@
 //! admin tokens on a database and key prefix of its own, for the API and UI tests.
 
 use std::process::Command;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use super::process::Logged;
-use super::{form, free_port, Http, TestDb, TestRedis};
+use super::{eventually_blocking, form, setup_with, Bundle, Http, TestDb, TestRedis};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_outbox-relay");
 
 const OUTAGE_CYCLES: &str = "outbox_outage_cycles_total";
+const CLAIM_CYCLES: &str = "outbox_claim_cycles_total";
 
 /// `admin.token` of a [`TokenRelay`]: full rights.
 pub const ADMIN_TOKEN: &str = "s3cret-admin";
@@ -19,9 +21,13 @@ pub const READ_ONLY_TOKEN: &str = "l00k-only";
 
 /// A running `outbox-relay run` process.
 pub struct RelayProc {
-    pub admin_port: u16,
+    /// Its admin server's port, once read from its log.
+    admin_port: OnceLock<u16>,
     process: Logged,
 }
+
+/// What the relay logs once its admin server is bound to the port the system picked.
+const LISTENING: &str = "admin listening on ";
 
 impl std::ops::Deref for RelayProc {
     type Target = Logged;
@@ -59,30 +65,48 @@ pub fn base_env(db: &TestDb, redis: &TestRedis) -> Vec<(String, String)> {
 
 impl RelayProc {
     /// Starts `outbox-relay run` as replica `name` with `env` only, its admin server on a
-    /// free port, its log in the temp dir (`relay-<name>-<port>.log`).
+    /// port the system picks (`127.0.0.1:0`: no port picked here that another process could
+    /// take before the relay binds it), its log in the temp dir (`relay-<name>-<uuid>.log`).
     pub fn spawn(name: &str, env: &[(String, String)]) -> RelayProc {
-        let admin_port = free_port();
-        let log = std::env::temp_dir().join(format!("relay-{name}-{admin_port}.log"));
+        let log = std::env::temp_dir().join(format!(
+            "relay-{name}-{}.log",
+            uuid::Uuid::new_v4().simple()
+        ));
         let mut cmd = Command::new(BIN);
         cmd.arg("run")
             .env_clear()
-            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("PATH", std::env::var("PATH").expect("PATH"))
             .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-            .env("OUTBOX__ADMIN__ADDR", format!("127.0.0.1:{admin_port}"))
+            .env("OUTBOX__ADMIN__ADDR", "127.0.0.1:0")
             .env("OUTBOX__INSTANCE_ID", name);
         RelayProc {
-            admin_port,
+            admin_port: OnceLock::new(),
             process: Logged::spawn(cmd, log),
         }
     }
 
+    /// Its admin server's port, as it logged once bound; waits for that line (panics, with the
+    /// log, when it does not come).
+    pub fn admin_port(&self) -> u16 {
+        *self.admin_port.get_or_init(|| {
+            let what = format!(
+                "{} to log `{LISTENING}<addr>`",
+                self.process.log_path().display()
+            );
+            eventually_blocking(Duration::from_secs(60), &what, || {
+                let log = self.process.log();
+                listening_port(&log).ok_or(log)
+            })
+        })
+    }
+
     pub fn url(&self, path: &str) -> String {
-        format!("http://127.0.0.1:{}{}", self.admin_port, path)
+        format!("http://127.0.0.1:{}{}", self.admin_port(), path)
     }
 
     /// An HTTP client for its admin server, without credentials.
     pub fn http(&self) -> Http {
-        Http::new(self.admin_port)
+        Http::new(self.admin_port())
     }
 
     /// Waits until `/readyz` answers 200: Postgres and Redis reachable, claim loop healthy.
@@ -92,15 +116,41 @@ impl RelayProc {
 
     /// Claim cycles it has rolled back on an outage so far (`outbox_outage_cycles_total`).
     pub fn outage_cycles(&self) -> f64 {
-        self.http().metric(OUTAGE_CYCLES).unwrap_or(0.0)
+        self.http().counter(OUTAGE_CYCLES)
+    }
+
+    /// Returns once a claim cycle that began after this call has committed (two more have: the
+    /// first may have begun before), whether it published or was held. A test waits on this
+    /// before asserting that something was *not* published while publishing cannot be
+    /// proven by a sentinel event ([`TestDb::wait_for_a_claim_cycle`]), e.g. while it is held.
+    pub async fn wait_for_a_claim_cycle(&self, timeout: Duration) {
+        let before = self.http().counter(CLAIM_CYCLES);
+        self.http()
+            .wait_metric(CLAIM_CYCLES, |got| got >= before + 2.0, timeout)
+            .await;
     }
 
     /// Waits until it has rolled back more than `n` claim cycles on an outage.
     pub async fn wait_outage_cycles_over(&self, n: f64, timeout: Duration) {
         self.http()
             .wait_metric(OUTAGE_CYCLES, |got| got > n, timeout)
-            .await
+            .await;
     }
+}
+
+/// The port of the first `admin listening on <addr>` line of a log (whole lines only: the
+/// process may be writing the last one).
+fn listening_port(log: &str) -> Option<u16> {
+    let whole = &log[..log.rfind('\n').map_or(0, |end| end + 1)];
+    let rest = &whole[whole.find(LISTENING)? + LISTENING.len()..];
+    let addr: String = rest
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | ':' | '[' | ']'))
+        .collect();
+    let addr: std::net::SocketAddr = addr
+        .parse()
+        .unwrap_or_else(|e| panic!("`{LISTENING}{addr}`: not an address: {e}"));
+    Some(addr.port())
 }
 
 /// A relay with `admin.token` ([`ADMIN_TOKEN`]) and `admin.read_only_token`
@@ -129,16 +179,16 @@ impl TokenRelay {
         name: &str,
         env: impl FnOnce(&TestDb, &TestRedis) -> Vec<(String, String)>,
     ) -> TokenRelay {
-        let db = TestDb::new().await;
-        let redis = TestRedis::shared();
-        let mut env = env(&db, &redis);
-        env.push(("OUTBOX__ADMIN__TOKEN".into(), ADMIN_TOKEN.into()));
-        env.push((
-            "OUTBOX__ADMIN__READ_ONLY_TOKEN".into(),
-            READ_ONLY_TOKEN.into(),
-        ));
-        let relay = RelayProc::spawn(name, &env);
-        relay.wait_ready(Duration::from_secs(30)).await;
+        let Bundle { relay, redis, db } = setup_with(name, |db, redis| {
+            let mut env = env(db, redis);
+            env.push(("OUTBOX__ADMIN__TOKEN".into(), ADMIN_TOKEN.into()));
+            env.push((
+                "OUTBOX__ADMIN__READ_ONLY_TOKEN".into(),
+                READ_ONLY_TOKEN.into(),
+            ));
+            env
+        })
+        .await;
         TokenRelay { db, redis, relay }
     }
 

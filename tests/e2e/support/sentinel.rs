@@ -3,9 +3,9 @@
 //! second is down), so a failover takes a few seconds.
 
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use super::{free_port, OwnRedis};
+use super::{eventually_blocking, free_port, OwnRedis};
 
 /// The name the Sentinel monitors the master under.
 pub const MASTER: &str = "testmaster";
@@ -74,27 +74,18 @@ impl OwnSentinel {
 
     /// Waits until the Sentinel knows `n` replicas of the master (it needs them to fail over).
     pub fn wait_replicas(&self, n: usize) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let known = self
-                .conn()
-                .and_then(|mut conn| {
-                    redis::cmd("SENTINEL")
-                        .arg("replicas")
-                        .arg(MASTER)
-                        .query::<Vec<redis::Value>>(&mut conn)
-                        .ok()
-                })
-                .map_or(0, |r| r.len());
-            if known >= n {
-                return;
+        let what = format!("the Sentinel to know {n} replicas");
+        eventually_blocking(Duration::from_secs(30), &what, || {
+            let replicas: Vec<redis::Value> = redis::cmd("SENTINEL")
+                .arg("replicas")
+                .arg(MASTER)
+                .query(&mut self.conn()?)
+                .map_err(|e| format!("SENTINEL replicas: {e}"))?;
+            match replicas.len() {
+                known if known >= n => Ok(()),
+                known => Err(format!("it knows {known}")),
             }
-            assert!(
-                Instant::now() < deadline,
-                "the Sentinel knows {known} replicas, not {n}"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        })
     }
 
     /// `redis://127.0.0.1:<port>`.
@@ -103,50 +94,48 @@ impl OwnSentinel {
     }
 
     /// A connection to the Sentinel, authenticated if it wants a password.
-    fn conn(&self) -> Option<redis::Connection> {
+    fn conn(&self) -> Result<redis::Connection, String> {
         let url = match &self.password {
             Some(pw) => format!("redis://:{pw}@127.0.0.1:{}", self.port),
             None => self.url(),
         };
-        redis::Client::open(url).ok()?.get_connection().ok()
+        redis::Client::open(url)
+            .and_then(|c| c.get_connection())
+            .map_err(|e| format!("connect to the Sentinel on {}: {e}", self.port))
     }
 
-    /// The master's port as this Sentinel names it, once it answers.
-    pub fn master_port(&self) -> Option<u16> {
-        let mut conn = self.conn()?;
+    /// The master's port as this Sentinel names it, or why it does not answer.
+    pub fn master_port(&self) -> Result<u16, String> {
         let addr: Vec<String> = redis::cmd("SENTINEL")
             .arg("get-master-addr-by-name")
             .arg(MASTER)
-            .query(&mut conn)
-            .ok()?;
-        addr.get(1)?.parse().ok()
+            .query(&mut self.conn()?)
+            .map_err(|e| format!("SENTINEL get-master-addr-by-name: {e}"))?;
+        let port = addr.get(1).ok_or(format!("no master address: {addr:?}"))?;
+        port.parse().map_err(|e| format!("port {port:?}: {e}"))
     }
 
     /// Waits until the Sentinel names the master on `port` (after a failover: the promoted
     /// replica's).
     pub fn wait_master(&self, port: u16) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while self.master_port() != Some(port) {
-            assert!(
-                Instant::now() < deadline,
-                "the Sentinel does not name port {port} as master (it names {:?})",
-                self.master_port()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        let what = format!("the Sentinel to name port {port} as master");
+        eventually_blocking(Duration::from_secs(30), &what, || {
+            match self.master_port()? {
+                named if named == port => Ok(()),
+                named => Err(format!("it names {named}")),
+            }
+        })
     }
 
     /// Waits until the Sentinel names a master other than the one on `old`; returns its port.
     pub fn wait_failover(&self, old: u16) -> u16 {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            match self.master_port() {
-                Some(port) if port != old => return port,
-                _ => {}
+        let what = format!("a failover away from {old}");
+        eventually_blocking(Duration::from_secs(30), &what, || {
+            match self.master_port()? {
+                named if named != old => Ok(named),
+                _ => Err(format!("it still names {old}")),
             }
-            assert!(Instant::now() < deadline, "no failover away from {old}");
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        })
     }
 }
 

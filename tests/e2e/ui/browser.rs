@@ -3,11 +3,11 @@
 
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use fantoccini::{Client, ClientBuilder, Locator};
 
-use crate::support::free_port;
+use crate::support::{eventually, free_port};
 
 pub const CHROMIUM: &str = "/usr/bin/chromium";
 pub const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
@@ -52,19 +52,15 @@ impl Browser {
             }),
         );
         let url = format!("http://127.0.0.1:{port}");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        let client = loop {
+        let client = eventually(Duration::from_secs(20), "a webdriver session", || async {
             let connector = hyper_util::client::legacy::connect::HttpConnector::new();
-            match ClientBuilder::new(connector)
+            ClientBuilder::new(connector)
                 .capabilities(caps.clone())
                 .connect(&url)
                 .await
-            {
-                Ok(c) => break c,
-                Err(e) if Instant::now() > deadline => panic!("webdriver session: {e}"),
-                Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
-            }
-        };
+                .map_err(|e| e.to_string())
+        })
+        .await;
         Browser {
             client,
             driver,
@@ -109,7 +105,7 @@ impl Browser {
             .find_all(Locator::Css(css))
             .await
             .map(|v| v.len())
-            .unwrap_or(0)
+            .unwrap_or_else(|e| panic!("find {css}: {e}"))
     }
 
     /// Clicks the first element matching `css`, looking it up again if a swap replaced it.
@@ -146,17 +142,14 @@ impl Browser {
 
     /// Waits until the body text contains `needle` (htmx refreshes, redirects).
     pub async fn wait_text(&self, needle: &str, timeout: Duration) {
-        let deadline = Instant::now() + timeout;
-        loop {
+        let what = format!("the page to show {needle:?}");
+        eventually(timeout, &what, || async {
             let body = self.body_text().await;
-            if body.contains(needle) {
-                return;
-            }
-            if Instant::now() > deadline {
-                panic!("page never showed {needle:?}; it shows:\n{body}");
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+            body.contains(needle)
+                .then_some(())
+                .ok_or(format!("it shows:\n{body}"))
+        })
+        .await
     }
 
     /// Logs in at `base` with `token`.

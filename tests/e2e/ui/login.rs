@@ -96,9 +96,11 @@ async fn a_post_without_the_csrf_token_is_refused() {
 
 #[tokio::test]
 async fn without_a_token_the_ui_is_open_on_loopback() {
-    let db = TestDb::new().await;
-    let redis = TestRedis::shared();
-    let relay = RelayProc::spawn("open", &base_env(&db, &redis));
+    let Bundle {
+        db: _db,
+        redis: _redis,
+        relay,
+    } = setup("open", &[]).await;
     let http = relay.http();
     http.wait_status("/healthz", 200, Duration::from_secs(20))
         .await;

@@ -14,8 +14,8 @@ use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use super::events::{EventRow, EVENT_COLUMNS};
-use super::{audit, DbError};
+use super::browse::{EventRow, EVENT_COLUMNS};
+use crate::db::{audit, DbError};
 
 /// What happened to a single-event action.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

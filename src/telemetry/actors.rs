@@ -25,11 +25,15 @@ pub enum ActorName {
     Readiness,
     /// Saves how far each stream reached (`outbox_stream_marks`).
     Marks,
+    /// Records the topics met in `outbox_topics`.
+    Registrar,
+    /// Unlinks retired dedup sets.
+    Sweeper,
 }
 
 impl ActorName {
     /// Every actor kind, for counters that must exist from the first scrape.
-    pub const ALL: [ActorName; 10] = [
+    pub const ALL: [ActorName; 12] = [
         ActorName::Claimer,
         ActorName::Dispatcher,
         ActorName::RetryScheduler,
@@ -40,6 +44,8 @@ impl ActorName {
         ActorName::Groups,
         ActorName::Readiness,
         ActorName::Marks,
+        ActorName::Registrar,
+        ActorName::Sweeper,
     ];
 
     /// The name in logs and in the `actor` label.
@@ -55,6 +61,8 @@ impl ActorName {
             ActorName::Groups => "groups",
             ActorName::Readiness => "readiness",
             ActorName::Marks => "marks",
+            ActorName::Registrar => "registrar",
+            ActorName::Sweeper => "sweeper",
         }
     }
 }
