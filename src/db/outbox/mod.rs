@@ -20,7 +20,7 @@ mod retention;
 mod settle;
 pub mod stats;
 
-pub(crate) use backlog::OLDEST_DUE_AGE_SQL;
+use backlog::OLDEST_DUE_AGE_SQL;
 pub use backlog::{backlog, next_due_in_ms, Backlog};
 pub use claim::*;
 pub use insert::{insert_returning_ids, NewRow};
