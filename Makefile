@@ -94,3 +94,4 @@ k8s-check: ## offline checks of the Dockerfile, k8s/ overlays and k8s/observabil
 
 docs-check: ## the docs name no file that is gone: every repository path in the current docs and the .rs comments exists, module maps and tables list every module, periodic.rs every job (no build)
 	@python3 scripts/docs_check.py
+	@python3 scripts/import_graph.py --check > /dev/null

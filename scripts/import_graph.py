@@ -4,7 +4,7 @@ names which other one, and the cycles that run through the layers that should be
 
     python3 scripts/import_graph.py            # the graph, then the cycles
     python3 scripts/import_graph.py --where    # each edge with the file:line of every use
-    python3 scripts/import_graph.py --check    # exit 1 if a layer module is in a cycle
+    python3 scripts/import_graph.py --check    # exit 1 if a layer is in a cycle or names a module above the layers
 
 An edge `a -> b (n)` means the files of module `a` (src/a.rs, src/a/**) name module `b` in n
 paths: `crate::b::...` anywhere (a `use`, a type, a call), each item of `use crate::{b, c}`,
@@ -29,7 +29,9 @@ from collections import defaultdict, deque
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SRC = os.path.join(ROOT, "src")
-LAYERS = ("config", "db", "publish", "telemetry")
+# The base modules, and `pgurl`, the leaf that config checks a Postgres URL with and db
+# connects with.
+LAYERS = ("config", "db", "publish", "telemetry", "pgurl")
 
 
 def top_modules():
@@ -278,6 +280,9 @@ def main(argv):
         print("  none")
     if check and bad:
         print("import-graph: FAIL: a layer module is in a cycle", file=sys.stderr)
+        return 1
+    if check and upward:
+        print("import-graph: FAIL: a layer module names a module above the layers", file=sys.stderr)
         return 1
     return 0
 

@@ -40,3 +40,53 @@ pub mod telemetry;
 
 /// This binary's version, reported in heartbeats.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+#[cfg(test)]
+mod tests {
+    use std::path::{Path, PathBuf};
+
+    /// The crate modules `module`'s source names as `crate::<name>`, itself aside.
+    fn imports(module: &str) -> Vec<String> {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut files: Vec<PathBuf> = vec![src.join(format!("{module}.rs"))];
+        let mut dirs = vec![src.join(module)];
+        while let Some(dir) = dirs.pop() {
+            for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+                let path = entry.path();
+                match path.is_dir() {
+                    true => dirs.push(path),
+                    false => files.push(path),
+                }
+            }
+        }
+        let mut found: Vec<String> = Vec::new();
+        for file in files
+            .iter()
+            .filter(|f| f.extension().is_some_and(|e| e == "rs"))
+        {
+            let Ok(text) = std::fs::read_to_string(file) else {
+                continue;
+            };
+            for (at, _) in text.match_indices("crate::") {
+                let name: String = text[at + 7..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                if name != module && !found.contains(&name) {
+                    found.push(name);
+                }
+            }
+        }
+        found.sort();
+        found
+    }
+
+    /// config and db are leaves (docs/development.md, "Layers"): what they share with the
+    /// rest is in `outbox_core` or in `pgurl`, and conversions are in `app`.
+    #[test]
+    fn the_base_modules_are_leaves() {
+        assert_eq!(imports("config"), ["pgurl"]);
+        assert_eq!(imports("db"), ["pgurl"]);
+        assert!(imports("pgurl").is_empty());
+    }
+}

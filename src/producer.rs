@@ -20,11 +20,10 @@
 //! ```
 
 use chrono::{DateTime, Utc};
-use diesel::prelude::*;
-use diesel_async::{AsyncPgConnection, RunQueryDsl};
+use diesel_async::AsyncPgConnection;
 use uuid::Uuid;
 
-use crate::db::schema::outbox;
+use crate::db::outbox::{insert_returning_ids, NewRow};
 
 /// Why an enqueue failed.
 #[derive(Debug, thiserror::Error)]
@@ -41,8 +40,7 @@ pub enum ProducerError {
 }
 
 /// An event to enqueue.
-#[derive(Debug, Clone, Insertable)]
-#[diesel(table_name = outbox)]
+#[derive(Debug, Clone)]
 pub struct NewEvent {
     /// Routing name; the stream is `<prefix><topic>`.
     pub topic: String,
@@ -54,7 +52,6 @@ pub struct NewEvent {
     /// `traceparent` when the object has none.
     pub headers: Option<serde_json::Value>,
     /// Do not publish before this time (default: now).
-    #[diesel(treat_none_as_default_value = true)]
     pub available_at: Option<DateTime<Utc>>,
 }
 
@@ -86,6 +83,17 @@ impl NewEvent {
     pub fn available_at(mut self, at: DateTime<Utc>) -> Self {
         self.available_at = Some(at);
         self
+    }
+
+    /// The row the insert writes, borrowing this event.
+    fn row(&self) -> NewRow<'_> {
+        NewRow {
+            topic: &self.topic,
+            payload: &self.payload,
+            partition_key: self.partition_key.as_deref(),
+            headers: self.headers.as_ref(),
+            available_at: self.available_at,
+        }
     }
 }
 
@@ -147,11 +155,8 @@ pub async fn enqueue_many(
     // Five binds per row; Postgres takes at most 65,535 per statement.
     let mut ids = Vec::with_capacity(events.len());
     for chunk in events.chunks(10_000) {
-        let mut inserted: Vec<Uuid> = diesel::insert_into(outbox::table)
-            .values(chunk)
-            .returning(outbox::id)
-            .get_results(conn)
-            .await?;
+        let rows: Vec<NewRow<'_>> = chunk.iter().map(NewEvent::row).collect();
+        let mut inserted = insert_returning_ids(conn, &rows).await?;
         ids.append(&mut inserted);
     }
     Ok(ids)

@@ -27,6 +27,9 @@ use crate::telemetry::ActorName;
 pub trait Job: Clone + Unpin + 'static {
     /// For logs and metrics.
     const ACTOR: ActorName;
+    /// Its failures show elsewhere already (an outage the claim cycles log): a failed run is
+    /// counted and logged at debug level only.
+    const QUIET: bool = false;
     /// Why a run failed.
     type Error: std::fmt::Display + Send + 'static;
     /// Time between runs.
@@ -60,6 +63,9 @@ impl<J: Job> Periodic<J> {
             act.running = false;
             match result {
                 Ok(Ok(())) => {}
+                Ok(Err(error)) if J::QUIET => {
+                    crate::telemetry::job_failed_quietly(J::ACTOR, &error)
+                }
                 Ok(Err(error)) => crate::telemetry::job_failed(J::ACTOR, &error),
                 // Its supervisor restarts it.
                 Err(_) => ctx.stop(),

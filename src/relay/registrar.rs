@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use futures::FutureExt;
+use futures::{FutureExt, TryFutureExt};
 
 use super::dispatcher::Topics;
 use super::periodic::Job;
@@ -41,7 +41,7 @@ impl TopicRegistrar {
 }
 
 /// Registers the topics met and not registered yet; returns how many it registered.
-pub async fn run_once(registrar: &TopicRegistrar) -> Result<usize, DbError> {
+pub async fn run_once(registrar: TopicRegistrar) -> Result<usize, DbError> {
     let new: Vec<_> = {
         let registered = registrar
             .registered
@@ -70,6 +70,8 @@ pub async fn run_once(registrar: &TopicRegistrar) -> Result<usize, DbError> {
 
 impl Job for TopicRegistrar {
     const ACTOR: ActorName = ActorName::Registrar;
+    // Postgres away: the claim cycles log the outage; the next tick tries again.
+    const QUIET: bool = true;
     type Error = DbError;
 
     fn interval(&self) -> Duration {
@@ -77,14 +79,6 @@ impl Job for TopicRegistrar {
     }
 
     fn run_once(&self) -> BoxFuture<'static, Result<(), DbError>> {
-        let me = self.clone();
-        async move {
-            // Postgres away: the next tick tries again; the outage is logged by the cycles.
-            if let Err(e) = run_once(&me).await {
-                crate::telemetry::job_failed_quietly(ActorName::Registrar, &e);
-            }
-            Ok(())
-        }
-        .boxed()
+        run_once(self.clone()).map_ok(drop).boxed()
     }
 }

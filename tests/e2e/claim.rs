@@ -23,16 +23,7 @@ fn rows(n: i64) -> BatchLimits {
 async fn a_second_claimer_gets_its_own_batch_while_the_first_holds_one() {
     let db = TestDb::new().await;
     // 1,000 keys: the oldest 2,000 rows (the window) hold more than two batches of heads.
-    insert_events(
-        &db,
-        Events {
-            n: 1..=6_000,
-            topics: 3,
-            keys: 1_000,
-            ..Events::varied()
-        },
-    )
-    .await;
+    insert_events(&db, Events::varied().n(1..=6_000).topics(3).keys(1_000)).await;
     let mut first = db.conn().await;
     let mut second = db.conn().await;
     first.batch_execute("BEGIN").await.expect("begin");

@@ -28,16 +28,7 @@ async fn three_relays_deliver_exactly_once_in_key_order_across_three_masters() {
     let cluster = OwnCluster::start(3);
     let db = TestDb::new().await;
     let (redis, _) = spread(&cluster, TOPICS);
-    insert_events(
-        &db,
-        Events {
-            n: 1..=6_000,
-            topics: TOPICS,
-            keys: 40,
-            ..Events::varied()
-        },
-    )
-    .await;
+    insert_events(&db, Events::varied().n(1..=6_000).topics(TOPICS).keys(40)).await;
     let env = base_env(&db, &redis);
     let relays: Vec<RelayProc> = (1..=3)
         .map(|i| RelayProc::spawn(&format!("c{i}"), &env))
@@ -106,13 +97,11 @@ async fn a_killed_master_stops_only_its_topics_and_nothing_is_lost_or_doubled() 
         .partition(|t| owners[t[1..].parse::<usize>().expect("t<n>")] == victim);
     insert_events(
         &db,
-        Events {
-            n: 1..=6_000,
-            topics: TOPICS,
-            keys: 40,
-            some_unkeyed: true,
-            ..Events::default()
-        },
+        Events::default()
+            .n(1..=6_000)
+            .topics(TOPICS)
+            .keys(40)
+            .some_unkeyed(true),
     )
     .await;
     let env = base_env(&db, &redis);
@@ -125,13 +114,11 @@ async fn a_killed_master_stops_only_its_topics_and_nothing_is_lost_or_doubled() 
     // Traffic for every topic while it is down.
     insert_events(
         &db,
-        Events {
-            n: 6_001..=9_000,
-            topics: TOPICS,
-            keys: 40,
-            some_unkeyed: true,
-            ..Events::default()
-        },
+        Events::default()
+            .n(6_001..=9_000)
+            .topics(TOPICS)
+            .keys(40)
+            .some_unkeyed(true),
     )
     .await;
 
@@ -174,13 +161,11 @@ async fn a_slot_migrated_while_events_flow_loses_and_doubles_nothing() {
     let to = (owners[0] + 1) % 3;
     insert_events(
         &db,
-        Events {
-            n: 1..=3_000,
-            topics: TOPICS,
-            keys: 40,
-            some_unkeyed: true,
-            ..Events::default()
-        },
+        Events::default()
+            .n(1..=3_000)
+            .topics(TOPICS)
+            .keys(40)
+            .some_unkeyed(true),
     )
     .await;
     let env = base_env(&db, &redis);
@@ -201,13 +186,11 @@ async fn a_slot_migrated_while_events_flow_loses_and_doubles_nothing() {
     while !mover.is_finished() {
         insert_events(
             &db,
-            Events {
-                n: n + 1..=n + 60,
-                topics: TOPICS,
-                keys: 40,
-                some_unkeyed: true,
-                ..Events::default()
-            },
+            Events::default()
+                .n(n + 1..=n + 60)
+                .topics(TOPICS)
+                .keys(40)
+                .some_unkeyed(true),
         )
         .await;
         n += 60;
@@ -216,13 +199,11 @@ async fn a_slot_migrated_while_events_flow_loses_and_doubles_nothing() {
     mover.await.expect("slot migrated");
     insert_events(
         &db,
-        Events {
-            n: n + 1..=n + 600,
-            topics: TOPICS,
-            keys: 40,
-            some_unkeyed: true,
-            ..Events::default()
-        },
+        Events::default()
+            .n(n + 1..=n + 600)
+            .topics(TOPICS)
+            .keys(40)
+            .some_unkeyed(true),
     )
     .await;
     n += 600;
@@ -249,16 +230,7 @@ async fn rediss_seeds_deliver_with_the_ca_file_and_an_unknown_ca_is_never_talked
     let cluster = OwnCluster::start_tls(3, &ca);
     let db = TestDb::new().await;
     let (redis, _) = spread(&cluster, TOPICS);
-    insert_events(
-        &db,
-        Events {
-            n: 1..=600,
-            topics: TOPICS,
-            keys: 10,
-            ..Events::varied()
-        },
-    )
-    .await;
+    insert_events(&db, Events::varied().n(1..=600).topics(TOPICS).keys(10)).await;
     let with_ca = |ca: &TestCa| {
         let mut env = base_env(&db, &redis);
         env.push((

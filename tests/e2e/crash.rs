@@ -25,14 +25,12 @@ pub(crate) async fn sigkill_loop(env: impl FnOnce(&TestDb, &TestRedis) -> Vec<(S
         async move {
             produce_rounds(
                 &url,
-                Rounds {
-                    rounds: 60,
-                    per_round: 200,
-                    topics: 3,
-                    keys: 30,
-                    pause: Duration::from_millis(50),
-                    ..Rounds::default()
-                },
+                Rounds::default()
+                    .rounds(60)
+                    .per_round(200)
+                    .topics(3)
+                    .keys(30)
+                    .pause(Duration::from_millis(50)),
             )
             .await
         }

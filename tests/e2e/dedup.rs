@@ -204,16 +204,7 @@ async fn a_relay_unlinks_a_quiet_topics_old_sets_long_before_their_ttl() {
         ],
     )
     .await;
-    insert_events(
-        &db,
-        Events {
-            n: 1..=200,
-            topics: 2,
-            keys: 10,
-            ..Events::varied()
-        },
-    )
-    .await;
+    insert_events(&db, Events::varied().n(1..=200).topics(2).keys(10)).await;
     db.wait_until_published(Duration::from_secs(30)).await;
     let sets = dedup_sets(&redis).await;
     assert!(!sets.is_empty(), "the published ids are remembered");

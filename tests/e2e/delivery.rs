@@ -39,16 +39,7 @@ pub(crate) async fn arrive_exactly_once_with_intact_fields(
 ) -> (TestDb, TestRedis, RelayProc) {
     let db = TestDb::new().await;
     let redis = TestRedis::shared();
-    insert_events(
-        &db,
-        Events {
-            n: 1..=12_000,
-            topics: 3,
-            keys: 50,
-            ..Events::varied()
-        },
-    )
-    .await;
+    insert_events(&db, Events::varied().n(1..=12_000).topics(3).keys(50)).await;
     let relay = RelayProc::spawn("r1", &env(&db, &redis));
     db.wait_until_published(Duration::from_secs(60)).await;
 
@@ -141,16 +132,7 @@ async fn rolled_back_events_never_appear() {
 async fn delete_mode_removes_rows_at_publish_time() {
     let db = TestDb::new().await;
     let redis = TestRedis::shared();
-    insert_events(
-        &db,
-        Events {
-            n: 1..=3_000,
-            topics: 2,
-            keys: 10,
-            ..Events::varied()
-        },
-    )
-    .await;
+    insert_events(&db, Events::varied().n(1..=3_000).topics(2).keys(10)).await;
     let mut env = base_env(&db, &redis);
     env.push(("OUTBOX__RETENTION__PUBLISHED_FOR".into(), "0s".into()));
     let _relay = RelayProc::spawn("r1", &env);
@@ -165,16 +147,7 @@ async fn delete_mode_removes_rows_at_publish_time() {
 async fn without_prepared_statements_every_event_arrives_in_key_order() {
     let db = TestDb::new().await;
     let redis = TestRedis::shared();
-    insert_events(
-        &db,
-        Events {
-            n: 1..=2_000,
-            topics: 2,
-            keys: 10,
-            ..Events::varied()
-        },
-    )
-    .await;
+    insert_events(&db, Events::varied().n(1..=2_000).topics(2).keys(10)).await;
     let mut env = base_env(&db, &redis);
     env.push((
         "OUTBOX__DATABASE__PREPARED_STATEMENTS".into(),
@@ -237,16 +210,7 @@ async fn maxlen_trims_streams_per_topic_or_globally() {
     outbox_relay::db::topics::set_maxlen(&mut conn, "t0", Some(100))
         .await
         .expect("set maxlen");
-    insert_events(
-        &db,
-        Events {
-            n: 1..=3_000,
-            topics: 2,
-            keys: 10,
-            ..Events::varied()
-        },
-    )
-    .await;
+    insert_events(&db, Events::varied().n(1..=3_000).topics(2).keys(10)).await;
     let mut env = base_env(&db, &redis);
     env.push(("OUTBOX__REDIS__MAXLEN".into(), "1000".into()));
     env.push(("OUTBOX__RELAY__BATCH_SIZE".into(), "100".into()));

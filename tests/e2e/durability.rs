@@ -34,30 +34,12 @@ async fn a_failover_to_a_lagging_replica_loses_nothing_when_the_relay_waits_for_
         waiting(db, redis, "1", false)
     })
     .await;
-    insert_events(
-        &db,
-        Events {
-            n: 1..=200,
-            topics: 2,
-            keys: 10,
-            ..Events::varied()
-        },
-    )
-    .await;
+    insert_events(&db, Events::varied().n(1..=200).topics(2).keys(10)).await;
     db.wait_until_published(Duration::from_secs(30)).await;
 
     // The replica falls behind: its link is cut, the master takes the writes alone.
     link.hold();
-    insert_events(
-        &db,
-        Events {
-            n: 1001..=1300,
-            topics: 2,
-            keys: 10,
-            ..Events::default()
-        },
-    )
-    .await;
+    insert_events(&db, Events::default().n(1001..=1300).topics(2).keys(10)).await;
     relay
         .http()
         .wait_metric(
@@ -110,16 +92,7 @@ async fn a_replica_that_does_not_acknowledge_holds_events_back_until_it_does() {
             waiting(db, redis, "1", false)
         })
         .await;
-    insert_events(
-        &db,
-        Events {
-            n: 1..=100,
-            topics: 1,
-            keys: 5,
-            ..Events::varied()
-        },
-    )
-    .await;
+    insert_events(&db, Events::varied().n(1..=100).topics(1).keys(5)).await;
     relay
         .http()
         .wait_metric(
@@ -156,16 +129,7 @@ async fn refused_fsync(server: &OwnRedis) {
         .http()
         .wait_status("/healthz", 200, Duration::from_secs(20))
         .await;
-    insert_events(
-        &db,
-        Events {
-            n: 1..=50,
-            topics: 1,
-            keys: 5,
-            ..Events::varied()
-        },
-    )
-    .await;
+    insert_events(&db, Events::varied().n(1..=50).topics(1).keys(5)).await;
     // It found out that the server cannot confirm, and a claim cycle has run since the
     // insert: the events had their chance to go.
     eventually(
@@ -212,16 +176,7 @@ async fn wait_fsync_is_refused_without_an_append_only_file_and_honoured_with_one
         waiting(db, redis, "0", true)
     })
     .await;
-    insert_events(
-        &db,
-        Events {
-            n: 1..=100,
-            topics: 1,
-            keys: 5,
-            ..Events::varied()
-        },
-    )
-    .await;
+    insert_events(&db, Events::varied().n(1..=100).topics(1).keys(5)).await;
     db.wait_until_published(Duration::from_secs(30)).await;
     assert_eq!(assert_exactly_once(&redis, 1).await, 100);
 }

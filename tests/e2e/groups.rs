@@ -72,16 +72,7 @@ async fn declared_groups_exist_before_the_first_publish_and_show_in_metrics() {
     let redis = TestRedis::shared();
     // Events wait in the outbox before the relay starts: a group that starts at `$` sees them
     // only if it exists before the relay publishes them.
-    insert_events(
-        &db,
-        Events {
-            n: 1..=200,
-            topics: 1,
-            keys: 10,
-            ..Events::varied()
-        },
-    )
-    .await;
+    insert_events(&db, Events::varied().n(1..=200).topics(1).keys(10)).await;
     let mut env = base_env(&db, &redis);
     env.push((
         "OUTBOX__GROUPS".into(),
@@ -135,16 +126,7 @@ async fn trim_acked_never_drops_an_entry_a_declared_group_has_not_acknowledged()
         ],
     )
     .await;
-    insert_events(
-        &db,
-        Events {
-            n: 1..=100,
-            topics: 1,
-            keys: 10,
-            ..Events::varied()
-        },
-    )
-    .await;
+    insert_events(&db, Events::varied().n(1..=100).topics(1).keys(10)).await;
     db.wait_until_published(Duration::from_secs(30)).await;
     let first_ids: Vec<String> = redis
         .entries("t0")

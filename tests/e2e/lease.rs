@@ -70,16 +70,7 @@ async fn a_hung_replica_holding_every_claim_slot_stalls_the_others_only_briefly(
     let redis = TestRedis::shared();
     // Many keys: the hung replica's batch holds a few hundred of them, and the other replica
     // must find plenty of events it may publish (a held key's later events wait for it).
-    insert_events(
-        &db,
-        Events {
-            n: 1..=60_000,
-            topics: 3,
-            keys: 2_000,
-            ..Events::varied()
-        },
-    )
-    .await;
+    insert_events(&db, Events::varied().n(1..=60_000).topics(3).keys(2_000)).await;
     let mut env = base_env(&db, &redis);
     // Postgres would end the hung transaction only after 60 s; the test allows 20.
     env.push(("OUTBOX__RELAY__LEASE".into(), "60s".into()));
@@ -144,16 +135,7 @@ async fn poll_only_delivers_without_listen() {
     let Bundle { db, redis, relay } =
         setup("poller", &[("OUTBOX__RELAY__POLL_ONLY", "true")]).await;
     relay.wait_ready(Duration::from_secs(20)).await;
-    insert_events(
-        &db,
-        Events {
-            n: 1..=500,
-            topics: 2,
-            keys: 10,
-            ..Events::varied()
-        },
-    )
-    .await;
+    insert_events(&db, Events::varied().n(1..=500).topics(2).keys(10)).await;
     db.wait_until_published(Duration::from_secs(20)).await;
     assert_eq!(
         db.scalar("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query ILIKE 'LISTEN%'").await,
@@ -176,16 +158,7 @@ async fn notify_switched_off_per_database_still_delivers_by_polling() {
     let mut env = base_env(&db, &redis);
     env.push(("OUTBOX__RELAY__POLL_INTERVAL".into(), "100ms".into()));
     let _relay = RelayProc::spawn("no-notify", &env);
-    insert_events(
-        &db,
-        Events {
-            n: 1..=300,
-            topics: 1,
-            keys: 10,
-            ..Events::varied()
-        },
-    )
-    .await;
+    insert_events(&db, Events::varied().n(1..=300).topics(1).keys(10)).await;
     db.wait_until_published(Duration::from_secs(20)).await;
     assert_eq!(redis.xlen("t0").await, 300);
     let mut notifications = std::pin::pin!(listener.notifications_stream());

@@ -31,28 +31,10 @@ async fn a_restart_from_an_older_snapshot_is_noticed_and_repaired() {
     let mut server = OwnRedis::start();
     let Bundle { db, redis, relay } =
         setup_on(TestRedis::on(&server.url()), "snapshot", base_env).await;
-    insert_events(
-        &db,
-        Events {
-            n: 1..=200,
-            topics: 2,
-            keys: 10,
-            ..Events::default()
-        },
-    )
-    .await;
+    insert_events(&db, Events::default().n(1..=200).topics(2).keys(10)).await;
     db.wait_until_published(Duration::from_secs(30)).await;
     let _: () = server.query(&redis::cmd("SAVE"));
-    insert_events(
-        &db,
-        Events {
-            n: 1001..=1300,
-            topics: 2,
-            keys: 10,
-            ..Events::default()
-        },
-    )
-    .await;
+    insert_events(&db, Events::default().n(1001..=1300).topics(2).keys(10)).await;
     db.wait_until_published(Duration::from_secs(30)).await;
 
     // Redis dies and comes back from the snapshot: the 300 later entries are gone, and
@@ -62,16 +44,7 @@ async fn a_restart_from_an_older_snapshot_is_noticed_and_repaired() {
     server.restart();
     assert_eq!(redis.xlen("t0").await + redis.xlen("t1").await, 200);
 
-    insert_events(
-        &db,
-        Events {
-            n: 2001..=2100,
-            topics: 2,
-            keys: 10,
-            ..Events::default()
-        },
-    )
-    .await;
+    insert_events(&db, Events::default().n(2001..=2100).topics(2).keys(10)).await;
     db.wait_until_published(Duration::from_secs(30)).await;
     assert_eq!(
         assert_exactly_once(&redis, 2).await,
@@ -118,31 +91,13 @@ async fn a_failover_to_a_lagging_replica_without_waiting_is_repaired() {
         redis,
         relay: _relay,
     } = setup_on(TestRedis::on(&proxy.url()), "nowait", base_env).await;
-    insert_events(
-        &db,
-        Events {
-            n: 1..=200,
-            topics: 2,
-            keys: 10,
-            ..Events::default()
-        },
-    )
-    .await;
+    insert_events(&db, Events::default().n(1..=200).topics(2).keys(10)).await;
     db.wait_until_published(Duration::from_secs(30)).await;
 
     // The replica lags (its link cut); the relay does not wait for it, so it marks the 300
     // published.
     link.hold();
-    insert_events(
-        &db,
-        Events {
-            n: 1001..=1300,
-            topics: 2,
-            keys: 10,
-            ..Events::default()
-        },
-    )
-    .await;
+    insert_events(&db, Events::default().n(1001..=1300).topics(2).keys(10)).await;
     db.wait_until_published(Duration::from_secs(30)).await;
 
     master.signal("-KILL");
@@ -150,16 +105,7 @@ async fn a_failover_to_a_lagging_replica_without_waiting_is_repaired() {
     let _: () = replica.query(redis::cmd("REPLICAOF").arg("NO").arg("ONE"));
     proxy.switch(replica.port);
 
-    insert_events(
-        &db,
-        Events {
-            n: 2001..=2100,
-            topics: 2,
-            keys: 10,
-            ..Events::default()
-        },
-    )
-    .await;
+    insert_events(&db, Events::default().n(2001..=2100).topics(2).keys(10)).await;
     db.wait_until_published(Duration::from_secs(60)).await;
     let direct = TestRedis {
         url: replica.url(),
@@ -187,30 +133,12 @@ async fn what_retention_already_deleted_is_reported_not_repaired() {
             env
         })
         .await;
-    insert_events(
-        &db,
-        Events {
-            n: 1..=100,
-            topics: 1,
-            keys: 10,
-            ..Events::default()
-        },
-    )
-    .await;
+    insert_events(&db, Events::default().n(1..=100).topics(1).keys(10)).await;
     db.wait_for("SELECT count(*) FROM outbox", 0, Duration::from_secs(30))
         .await;
     server.stop();
     server.restart();
-    insert_events(
-        &db,
-        Events {
-            n: 1001..=1010,
-            topics: 1,
-            keys: 10,
-            ..Events::default()
-        },
-    )
-    .await;
+    insert_events(&db, Events::default().n(1001..=1010).topics(1).keys(10)).await;
     db.wait_for("SELECT count(*) FROM outbox", 0, Duration::from_secs(30))
         .await;
     assert_eq!(redis.xlen("t0").await, 10, "only what came after");

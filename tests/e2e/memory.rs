@@ -19,16 +19,7 @@ async fn a_full_redis_holds_publishing_until_it_has_room() {
             env
         })
         .await;
-    insert_events(
-        &db,
-        Events {
-            n: 1..=50,
-            topics: 1,
-            keys: 5,
-            ..Events::varied()
-        },
-    )
-    .await;
+    insert_events(&db, Events::varied().n(1..=50).topics(1).keys(5)).await;
     db.wait_until_published(Duration::from_secs(30)).await;
 
     // Something else fills Redis past half its maxmemory (8 MiB of values: 9 to 12 MiB used,
@@ -55,16 +46,7 @@ async fn a_full_redis_holds_publishing_until_it_has_room() {
             .is_some_and(|r| r > 0.5),
         "the ratio is exported"
     );
-    insert_events(
-        &db,
-        Events {
-            n: 1001..=1100,
-            topics: 1,
-            keys: 5,
-            ..Events::default()
-        },
-    )
-    .await;
+    insert_events(&db, Events::default().n(1001..=1100).topics(1).keys(5)).await;
     relay.wait_for_a_claim_cycle(Duration::from_secs(10)).await;
     assert_eq!(
         db.pending().await,

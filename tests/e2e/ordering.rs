@@ -26,25 +26,22 @@ pub(crate) async fn relays_keep_per_key_order_and_write_each_event_once(
     // Two producers, disjoint counters, the same keys: 2 x 40 transactions of 100 events.
     let a = produce_rounds(
         &db.url,
-        Rounds {
-            rounds: 40,
-            per_round: 100,
-            topics: 3,
-            keys: 20,
-            pause: Duration::from_millis(20),
-            ..Rounds::default()
-        },
+        Rounds::default()
+            .rounds(40)
+            .per_round(100)
+            .topics(3)
+            .keys(20)
+            .pause(Duration::from_millis(20)),
     );
     let b = produce_rounds(
         &db.url,
-        Rounds {
-            first_n: 1_000_000,
-            rounds: 40,
-            per_round: 100,
-            topics: 3,
-            keys: 20,
-            pause: Duration::from_millis(20),
-        },
+        Rounds::default()
+            .first_n(1_000_000)
+            .rounds(40)
+            .per_round(100)
+            .topics(3)
+            .keys(20)
+            .pause(Duration::from_millis(20)),
     );
     tokio::join!(a, b);
     db.wait_until_published(Duration::from_secs(90)).await;

@@ -11,16 +11,7 @@ async fn redis_outage_burns_no_attempts_and_recovers() {
     let mut server = OwnRedis::start();
     let Bundle { db, redis, relay } =
         setup_on(TestRedis::on(&server.url()), "outage", base_env).await;
-    insert_events(
-        &db,
-        Events {
-            n: 1..=200,
-            topics: 2,
-            keys: 10,
-            ..Events::varied()
-        },
-    )
-    .await;
+    insert_events(&db, Events::varied().n(1..=200).topics(2).keys(10)).await;
     db.wait_until_published(Duration::from_secs(30)).await;
 
     server.stop();
@@ -34,16 +25,7 @@ async fn redis_outage_burns_no_attempts_and_recovers() {
         "alive while not ready"
     );
     let failed = relay.outage_cycles();
-    insert_events(
-        &db,
-        Events {
-            n: 1001..=1300,
-            topics: 2,
-            keys: 10,
-            ..Events::default()
-        },
-    )
-    .await;
+    insert_events(&db, Events::default().n(1001..=1300).topics(2).keys(10)).await;
     // Only a cycle that claimed the new events can fail (an empty claim never reaches Redis):
     // two of them, the second after the claim loop's backoff, have rolled back.
     relay
@@ -117,16 +99,7 @@ async fn starts_while_redis_is_down_and_catches_up() {
     let mut server = OwnRedis::start();
     let redis = TestRedis::on(&server.url());
     server.stop();
-    insert_events(
-        &db,
-        Events {
-            n: 1..=100,
-            topics: 1,
-            keys: 5,
-            ..Events::varied()
-        },
-    )
-    .await;
+    insert_events(&db, Events::varied().n(1..=100).topics(1).keys(5)).await;
     let relay = RelayProc::spawn("late", &base_env(&db, &redis));
     relay
         .http()

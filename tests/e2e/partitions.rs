@@ -67,16 +67,7 @@ fn partitioned_env(db: &TestDb, redis: &TestRedis, partitions: u32) -> Vec<(Stri
 async fn each_key_goes_to_its_kafka_partition_in_order_and_another_count_is_refused() {
     let db = TestDb::new().await;
     let redis = TestRedis::shared();
-    insert_events(
-        &db,
-        Events {
-            n: 1..=600,
-            topics: 1,
-            keys: 20,
-            ..Events::varied()
-        },
-    )
-    .await;
+    insert_events(&db, Events::varied().n(1..=600).topics(1).keys(20)).await;
     let mut relay = RelayProc::spawn("parts", &partitioned_env(&db, &redis, 4));
     db.wait_until_published(Duration::from_secs(30)).await;
     let ids = check_partitions(&redis, "t0", 4, &HashSet::new()).await;
@@ -149,16 +140,7 @@ async fn consume_all(redis: &TestRedis, topic: &str, partitions: u32, group: &st
 async fn repartition_waits_for_the_declared_groups_then_switches_the_streams() {
     let db = TestDb::new().await;
     let redis = TestRedis::shared();
-    insert_events(
-        &db,
-        Events {
-            n: 1..=200,
-            topics: 1,
-            keys: 10,
-            ..Events::varied()
-        },
-    )
-    .await;
+    insert_events(&db, Events::varied().n(1..=200).topics(1).keys(10)).await;
     let _relay = RelayProc::spawn("reparts", &partitioned_env(&db, &redis, 2));
     db.wait_until_published(Duration::from_secs(30)).await;
     let before: HashSet<String> = check_partitions(&redis, "t0", 2, &HashSet::new())
@@ -194,16 +176,7 @@ async fn repartition_waits_for_the_declared_groups_then_switches_the_streams() {
         },
     )
     .await;
-    insert_events(
-        &db,
-        Events {
-            n: 1..=100,
-            topics: 1,
-            keys: 10,
-            ..Events::varied()
-        },
-    )
-    .await;
+    insert_events(&db, Events::varied().n(1..=100).topics(1).keys(10)).await;
     // A claim cycle that began after the insert has committed: it could have published them.
     db.wait_for_a_claim_cycle(Duration::from_secs(30)).await;
     assert_eq!(
@@ -267,16 +240,7 @@ async fn the_consumer_library_reads_every_partition_in_key_order_with_one_dead_s
 
     let db = TestDb::new().await;
     let redis = TestRedis::shared();
-    insert_events(
-        &db,
-        Events {
-            n: 1..=400,
-            topics: 1,
-            keys: 12,
-            ..Events::varied()
-        },
-    )
-    .await;
+    insert_events(&db, Events::varied().n(1..=400).topics(1).keys(12)).await;
     db.exec(
         "INSERT INTO outbox (topic, payload, partition_key) VALUES ('t0', '{\"poison\": true, \"n\": 0}', 'k5')",
     )

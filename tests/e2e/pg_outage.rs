@@ -11,16 +11,7 @@ async fn postgres_restart_is_survived_without_burning_attempts() {
     let redis = TestRedis::shared();
     let relay = RelayProc::spawn("pg-outage", &base_env(&db, &redis));
     relay.wait_ready(Duration::from_secs(20)).await;
-    insert_events(
-        &db,
-        Events {
-            n: 1..=100,
-            topics: 1,
-            keys: 5,
-            ..Events::varied()
-        },
-    )
-    .await;
+    insert_events(&db, Events::varied().n(1..=100).topics(1).keys(5)).await;
     db.wait_until_published(Duration::from_secs(20)).await;
 
     pg.stop();
@@ -41,16 +32,7 @@ async fn postgres_restart_is_survived_without_burning_attempts() {
 
     pg.restart();
     relay.wait_ready(Duration::from_secs(30)).await;
-    insert_events(
-        &db,
-        Events {
-            n: 1..=100,
-            topics: 1,
-            keys: 5,
-            ..Events::varied()
-        },
-    )
-    .await;
+    insert_events(&db, Events::varied().n(1..=100).topics(1).keys(5)).await;
     db.wait_until_published(Duration::from_secs(30)).await;
     assert_eq!(redis.xlen("t0").await, 200);
     assert_eq!(

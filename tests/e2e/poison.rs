@@ -36,16 +36,7 @@ async fn wrongtype_case(overlap: bool) {
            ('bad', '{\"n\":1}', 'kb'), ('bad', '{\"n\":2}', 'kb'), ('bad', '{\"n\":3}', NULL)",
     )
     .await;
-    insert_events(
-        &db,
-        Events {
-            n: 1..=2_000,
-            topics: 2,
-            keys: 10,
-            ..Events::varied()
-        },
-    )
-    .await;
+    insert_events(&db, Events::varied().n(1..=2_000).topics(2).keys(10)).await;
     let relay = RelayProc::spawn("poison", &env);
     db.wait_for(
         "SELECT count(*) FROM outbox WHERE topic <> 'bad' AND published_at IS NULL",

@@ -42,16 +42,7 @@ async fn assert_replayed_once_each(redis: &TestRedis, topic: &str, events: usize
 #[tokio::test(flavor = "multi_thread")]
 async fn replay_through_the_api_the_cli_and_the_ui() {
     let relay = TokenRelay::start("replay", &[]).await;
-    insert_events(
-        &relay.db,
-        Events {
-            n: 1..=120,
-            topics: 3,
-            keys: 10,
-            ..Events::varied()
-        },
-    )
-    .await;
+    insert_events(&relay.db, Events::varied().n(1..=120).topics(3).keys(10)).await;
     relay.db.wait_until_published(Duration::from_secs(30)).await;
 
     // API.

@@ -33,16 +33,7 @@ pub(crate) async fn retention_deletes_only_old_published_rows_with(
            SELECT 'gone', '{}', 3, 'WRONGTYPE', now() - interval '30 days' FROM generate_series(1, 5);",
     )
     .await;
-    insert_events(
-        &db,
-        Events {
-            n: 1..=1_000,
-            topics: 1,
-            keys: 10,
-            ..Events::varied()
-        },
-    )
-    .await;
+    insert_events(&db, Events::varied().n(1..=1_000).topics(1).keys(10)).await;
     let mut env = env(&db, &redis);
     env.push(("OUTBOX__RETENTION__PUBLISHED_FOR".into(), "2s".into()));
     env.push(("OUTBOX__RETENTION__INTERVAL".into(), "300ms".into()));

@@ -41,14 +41,12 @@ async fn relay_consumer_and_tail_follow_a_sentinel_failover_while_events_flow() 
     let producer = tokio::spawn(async move {
         produce_rounds(
             &url,
-            Rounds {
-                rounds: 60,
-                per_round: 25,
-                topics: 2,
-                keys: 20,
-                pause: Duration::from_millis(50),
-                ..Rounds::default()
-            },
+            Rounds::default()
+                .rounds(60)
+                .per_round(25)
+                .topics(2)
+                .keys(20)
+                .pause(Duration::from_millis(50)),
         )
         .await
     });
@@ -120,16 +118,7 @@ async fn sentinels_with_a_password_of_their_own_and_a_master_with_another() {
     ));
     let relay = RelayProc::spawn("sentinel-auth", &env);
     relay.wait_ready(Duration::from_secs(20)).await;
-    insert_events(
-        &db,
-        Events {
-            n: 1..=50,
-            topics: 1,
-            keys: 5,
-            ..Events::varied()
-        },
-    )
-    .await;
+    insert_events(&db, Events::varied().n(1..=50).topics(1).keys(5)).await;
     db.wait_until_published(Duration::from_secs(30)).await;
     let direct = TestRedis {
         url: format!("redis://:master-pw@127.0.0.1:{}", master.port),

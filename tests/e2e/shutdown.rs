@@ -9,16 +9,7 @@ use crate::support::*;
 async fn sigterm_exits_zero_and_another_replica_takes_over() {
     let db = TestDb::new().await;
     let redis = TestRedis::shared();
-    insert_events(
-        &db,
-        Events {
-            n: 1..=60_000,
-            topics: 3,
-            keys: 100,
-            ..Events::varied()
-        },
-    )
-    .await;
+    insert_events(&db, Events::varied().n(1..=60_000).topics(3).keys(100)).await;
     let mut env = base_env(&db, &redis);
     env.push(("OUTBOX__RELAY__LEASE".into(), "30s".into()));
     env.push(("OUTBOX__RELAY__BATCH_SIZE".into(), "200".into()));

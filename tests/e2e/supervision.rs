@@ -35,16 +35,7 @@ async fn a_panic_in_a_claim_cycle_restarts_the_claimer_and_relaying_goes_on() {
             Duration::from_secs(20),
         )
         .await;
-    insert_events(
-        &db,
-        Events {
-            n: 1..=500,
-            topics: 2,
-            keys: 7,
-            ..Events::varied()
-        },
-    )
-    .await;
+    insert_events(&db, Events::varied().n(1..=500).topics(2).keys(7)).await;
     db.wait_until_published(Duration::from_secs(20)).await;
     assert_eq!(assert_exactly_once(&redis, 2).await, 500);
     assert_eq!(
@@ -72,12 +63,10 @@ async fn a_panic_in_a_dispatchers_publish_restarts_that_dispatcher_and_its_topic
     for round in 0..6 {
         insert_events(
             &db,
-            Events {
-                n: round * 20 + 1..=round * 20 + 20,
-                topics: 2,
-                keys: 7,
-                ..Events::default()
-            },
+            Events::default()
+                .n(round * 20 + 1..=round * 20 + 20)
+                .topics(2)
+                .keys(7),
         )
         .await;
         db.wait_until_published(Duration::from_secs(20)).await;
@@ -104,16 +93,7 @@ async fn a_panic_in_a_dispatchers_publish_restarts_that_dispatcher_and_its_topic
 async fn an_actor_killed_by_a_panic_ends_the_process_with_status_70() {
     let db = TestDb::new().await;
     let redis = TestRedis::shared();
-    insert_events(
-        &db,
-        Events {
-            n: 1..=50,
-            topics: 1,
-            keys: 3,
-            ..Events::varied()
-        },
-    )
-    .await;
+    insert_events(&db, Events::varied().n(1..=50).topics(1).keys(3)).await;
     let mut relay = RelayProc::spawn("actor-lost", &with_fault(&db, &redis, "claimer-panic@3"));
     let code = relay.wait_exit(Duration::from_secs(30));
     assert_eq!(
@@ -160,16 +140,7 @@ async fn a_stalled_claim_loop_fails_healthz_while_events_are_pending() {
         200,
         "an idle relay is not stalled"
     );
-    insert_events(
-        &db,
-        Events {
-            n: 1..=10,
-            topics: 1,
-            keys: 3,
-            ..Events::varied()
-        },
-    )
-    .await;
+    insert_events(&db, Events::varied().n(1..=10).topics(1).keys(3)).await;
     relay
         .http()
         .wait_status("/healthz", 503, Duration::from_secs(30))

@@ -91,16 +91,7 @@ async fn verify_full_and_rediss_deliver_everything_encrypted() {
         .expect("migrate over verify-full");
     assert!(applied > 0);
     let db = TestDb::at(&servers.pg.url());
-    insert_events(
-        &db,
-        Events {
-            n: 1..=300,
-            topics: 1,
-            keys: 5,
-            ..Events::varied()
-        },
-    )
-    .await;
+    insert_events(&db, Events::varied().n(1..=300).topics(1).keys(5)).await;
     let env = tls_env(
         url,
         servers.redis.tls_url(),
@@ -143,16 +134,7 @@ async fn a_wrong_host_name_or_an_unknown_ca_is_never_talked_to() {
     outbox_relay::db::migrate::run_pending(&servers.pg.url())
         .await
         .expect("migrate");
-    insert_events(
-        &db,
-        Events {
-            n: 1..=20,
-            topics: 1,
-            keys: 3,
-            ..Events::varied()
-        },
-    )
-    .await;
+    insert_events(&db, Events::varied().n(1..=20).topics(1).keys(3)).await;
     let redis_ca = [("OUTBOX__REDIS__CA_FILE", root.as_str())];
 
     // The certificate names localhost; the URL says 127.0.0.1.
@@ -249,16 +231,7 @@ async fn redis_with_mutual_tls_takes_only_a_client_with_a_certificate() {
         .await
         .expect("migrate");
     let db = TestDb::at(&servers.pg.url());
-    insert_events(
-        &db,
-        Events {
-            n: 1..=50,
-            topics: 1,
-            keys: 3,
-            ..Events::varied()
-        },
-    )
-    .await;
+    insert_events(&db, Events::varied().n(1..=50).topics(1).keys(3)).await;
     let url = servers.pg_url(
         "localhost",
         &format!("sslmode=verify-full&sslrootcert={root}"),

@@ -57,16 +57,7 @@ async fn the_trigger_skips_notify_while_a_relay_is_busy_even_for_an_insert_only_
 async fn a_draining_relay_quiets_producers_then_notify_wakes_it_again() {
     let db = TestDb::new().await;
     let redis = TestRedis::shared();
-    insert_events(
-        &db,
-        Events {
-            n: 1..=40_000,
-            topics: 4,
-            keys: 100,
-            ..Events::varied()
-        },
-    )
-    .await;
+    insert_events(&db, Events::varied().n(1..=40_000).topics(4).keys(100)).await;
     let mut env = base_env(&db, &redis);
     // Only NOTIFY (or the relay's own fast poll) can deliver anything within a minute.
     env.push(("OUTBOX__RELAY__POLL_INTERVAL".into(), "60s".into()));

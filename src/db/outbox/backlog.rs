@@ -26,7 +26,7 @@ pub struct Backlog {
 /// (delayed by its producer, or waiting for its retry) and the events of a paused topic are
 /// not late, so they do not count: an alert on this number means something is stuck. Walks
 /// the pending index in `seq` order (no scan of published rows).
-pub(crate) const OLDEST_DUE_AGE_SQL: &str =
+pub(super) const OLDEST_DUE_AGE_SQL: &str =
     "COALESCE((SELECT extract(epoch FROM now() - greatest(o.created_at, o.available_at))::float8
                FROM outbox o
                WHERE o.published_at IS NULL AND o.dead_at IS NULL AND o.available_at <= now()

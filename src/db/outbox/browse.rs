@@ -59,7 +59,7 @@ pub struct EventRow {
 }
 
 /// The columns of an [`EventRow`].
-pub(crate) const EVENT_COLUMNS: &str =
+pub(super) const EVENT_COLUMNS: &str =
     "id, seq, topic, partition_key, payload::text AS payload, headers::text AS headers, created_at, \
      available_at, published_at, attempts, last_error, dead_at, discarded_at";
 
@@ -84,7 +84,7 @@ const SETTLED: &str = "(published_at IS NOT NULL OR dead_at IS NOT NULL)";
 impl Status {
     /// The SQL condition; each implies the predicate of a partial index ordered by `seq`.
     /// (Discarded rows are dead rows; saying so lets the planner use the settled index.)
-    pub(crate) fn condition(self) -> &'static str {
+    fn condition(self) -> &'static str {
         match self {
             Status::Pending => PENDING,
             Status::Published => "published_at IS NOT NULL",

@@ -2,8 +2,8 @@
 //! marking, retrying and dead-lettering (`settle`), retention, the backlog (`backlog`), and
 //! republishing a range (`republish`). The admin's: the event lists and timelines
 //! ([`browse`]), the counts behind `/api/v1/stats` ([`stats`]), and steering dead letters
-//! ([`dead`]). Other tables (`outbox_topics`, audit, ...) have their own modules under `db`;
-//! the producer's insert is `producer`'s, through the diesel schema.
+//! ([`dead`]). The producers': the insert (`insert`, which `producer` checks events for).
+//! Other tables (`outbox_topics`, audit, ...) have their own modules under `db`.
 //!
 //! The claim happens in two statements inside the relay's publish transaction:
 //! [`claim_heads`] locks the oldest claimable events (each the first pending event of its
@@ -14,13 +14,15 @@ mod backlog;
 pub mod browse;
 mod claim;
 pub mod dead;
+mod insert;
 pub mod republish;
 mod retention;
 mod settle;
 pub mod stats;
 
-pub(crate) use backlog::OLDEST_DUE_AGE_SQL;
+use backlog::OLDEST_DUE_AGE_SQL;
 pub use backlog::{backlog, next_due_in_ms, Backlog};
 pub use claim::*;
+pub use insert::{insert_returning_ids, NewRow};
 pub use retention::delete_published_before;
 pub use settle::*;

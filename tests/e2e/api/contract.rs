@@ -61,16 +61,7 @@ async fn auth_needs_the_token_and_read_only_cannot_act() {
 async fn keyset_pagination_walks_every_row_once() {
     let api = TokenRelay::start("api-pages", &[]).await;
     let admin = api.admin();
-    insert_events(
-        &api.db,
-        Events {
-            n: 1..=237,
-            topics: 3,
-            keys: 10,
-            ..Events::varied()
-        },
-    )
-    .await;
+    insert_events(&api.db, Events::varied().n(1..=237).topics(3).keys(10)).await;
     let mut seen = Vec::new();
     let mut after: Option<String> = None;
     let mut pages = 0;
@@ -88,16 +79,7 @@ async fn keyset_pagination_walks_every_row_once() {
         if pages == 2 {
             // New events arrive while walking: they are newer than the cursor, so they
             // neither repeat nor push rows of later pages out.
-            insert_events(
-                &api.db,
-                Events {
-                    n: 1..=20,
-                    topics: 3,
-                    keys: 10,
-                    ..Events::varied()
-                },
-            )
-            .await;
+            insert_events(&api.db, Events::varied().n(1..=20).topics(3).keys(10)).await;
         }
         match page.json["next"].as_str() {
             Some(c) => after = Some(c.to_string()),

@@ -48,16 +48,7 @@ async fn relay_with_rows(name: &str) -> TokenRelay {
         &[("OUTBOX__ADMIN__FAILED_LOGINS_PER_MINUTE", "1000000")],
     )
     .await;
-    insert_events(
-        &api.db,
-        Events {
-            n: 1..=30,
-            topics: 3,
-            keys: 5,
-            ..Events::varied()
-        },
-    )
-    .await;
+    insert_events(&api.db, Events::varied().n(1..=30).topics(3).keys(5)).await;
     for i in 0..5 {
         dead_event(&api, "t1", Some(&format!("k{i}")), "handler: boom 42").await;
     }

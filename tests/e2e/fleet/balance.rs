@@ -8,16 +8,7 @@ use super::*;
 async fn a_fleet_divides_the_partitions_and_rebalances_after_joins_and_leaves() {
     let Bundle { db, redis, relay } = setup_with("fleet-balance", relay_env).await;
     // Partitions exist once the relay has published the topic.
-    produce_rounds(
-        &db.url,
-        Rounds {
-            rounds: 1,
-            per_round: 40,
-            keys: 40,
-            ..Rounds::default()
-        },
-    )
-    .await;
+    produce_rounds(&db.url, Rounds::default().rounds(1).per_round(40).keys(40)).await;
     let mut fleet: Vec<ExampleConsumer> = (0..3)
         .map(|i| spawn(&db, &redis, &format!("c{i}")))
         .collect();

@@ -50,13 +50,11 @@ pub(super) async fn fleets_of_every_handler_kind_divide_and_hand_over(
     // One event per key first: the relay records the partition count as it publishes.
     produce_rounds(
         &db.url,
-        Rounds {
-            rounds: 1,
-            per_round: 30,
-            keys: 30,
-            pause: Duration::from_millis(10),
-            ..Rounds::default()
-        },
+        Rounds::default()
+            .rounds(1)
+            .per_round(30)
+            .keys(30)
+            .pause(Duration::from_millis(10)),
     )
     .await;
     let config = |group: &str, name: &str| {
@@ -150,14 +148,12 @@ pub(super) async fn fleets_of_every_handler_kind_divide_and_hand_over(
         }
         produce_rounds(
             &db.url,
-            Rounds {
-                first_n: 30,
-                rounds: 39,
-                per_round: 30,
-                keys: 30,
-                pause: Duration::from_millis(10),
-                ..Rounds::default()
-            },
+            Rounds::default()
+                .first_n(30)
+                .rounds(39)
+                .per_round(30)
+                .keys(30)
+                .pause(Duration::from_millis(10)),
         )
         .await;
         wait_until(Duration::from_secs(60), handled(total / 3)).await;
@@ -238,16 +234,7 @@ async fn a_consumer_starved_past_its_lease_handles_a_keys_older_entries_before_n
         relay: _relay,
     } = setup_with("fleet-starved", relay_env).await;
     // Ten events of one key, published before the consumer starts.
-    produce_rounds(
-        &db.url,
-        Rounds {
-            rounds: 1,
-            per_round: 10,
-            keys: 1,
-            ..Rounds::default()
-        },
-    )
-    .await;
+    produce_rounds(&db.url, Rounds::default().rounds(1).per_round(10).keys(1)).await;
     let partition = outbox_core::partition::for_key("k0", PARTITIONS);
     wait_until(Duration::from_secs(30), || async {
         match redis.xlen(&format!("t0:{partition}")).await {
@@ -304,13 +291,11 @@ async fn a_consumer_starved_past_its_lease_handles_a_keys_older_entries_before_n
     // Newer events of the key while the consumer finds its lease lapsed and renews it.
     produce_rounds(
         &db.url,
-        Rounds {
-            first_n: 10,
-            rounds: 1,
-            per_round: 10,
-            keys: 1,
-            ..Rounds::default()
-        },
+        Rounds::default()
+            .first_n(10)
+            .rounds(1)
+            .per_round(10)
+            .keys(1),
     )
     .await;
     wait_until(Duration::from_secs(30), || async {

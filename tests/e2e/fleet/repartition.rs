@@ -17,13 +17,11 @@ async fn a_fleet_follows_a_repartition_that_waits_for_its_unacknowledged_entries
     db.exec(ORDER_CHECK).await;
     produce_rounds(
         &db.url,
-        Rounds {
-            rounds: 4,
-            per_round: 100,
-            keys: 20,
-            pause: Duration::from_millis(10),
-            ..Rounds::default()
-        },
+        Rounds::default()
+            .rounds(4)
+            .per_round(100)
+            .keys(20)
+            .pause(Duration::from_millis(10)),
     )
     .await;
     let slow: Vec<&str> = FLEET_ARGS
@@ -66,14 +64,12 @@ async fn a_fleet_follows_a_repartition_that_waits_for_its_unacknowledged_entries
     .await;
     produce_rounds(
         &db.url,
-        Rounds {
-            first_n: 400,
-            rounds: 2,
-            per_round: 100,
-            keys: 20,
-            pause: Duration::from_millis(10),
-            ..Rounds::default()
-        },
+        Rounds::default()
+            .first_n(400)
+            .rounds(2)
+            .per_round(100)
+            .keys(20)
+            .pause(Duration::from_millis(10)),
     )
     .await;
     let code = repartition.wait_exit(Duration::from_secs(60));

@@ -14,23 +14,7 @@ use uuid::Uuid;
 
 use super::{eventually, free_port};
 
-/// Where the tests' Postgres listens: `OUTBOX_TEST_PG_ADDR` (`make test` sets it to the
-/// private cluster's when the system's would not let the tests in), else 127.0.0.1:5432.
-pub fn pg_addr() -> (String, u16) {
-    std::env::var("OUTBOX_TEST_PG_ADDR")
-        .ok()
-        .and_then(|addr| {
-            let (host, port) = addr.rsplit_once(':')?;
-            Some((host.to_string(), port.parse().ok()?))
-        })
-        .unwrap_or_else(|| ("127.0.0.1".to_string(), 5432))
-}
-
-/// The URL of database `name` on the tests' Postgres, as user postgres.
-pub fn pg_url(name: &str) -> String {
-    let (host, port) = pg_addr();
-    format!("postgres://postgres@{host}:{port}/{name}")
-}
+pub use outbox_testkit::services::{pg_addr, pg_url};
 
 /// A database of its own, migrated, dropped on drop.
 pub struct TestDb {

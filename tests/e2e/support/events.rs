@@ -51,6 +51,35 @@ impl Events {
     }
 }
 
+/// Setters, so a test reads `Events::default().n(..)` in one line.
+impl Events {
+    /// Sets `n`.
+    pub fn n(mut self, n: RangeInclusive<i64>) -> Events {
+        self.n = n;
+        self
+    }
+    /// Sets `topics`.
+    pub fn topics(mut self, topics: usize) -> Events {
+        self.topics = topics;
+        self
+    }
+    /// Sets `keys`.
+    pub fn keys(mut self, keys: usize) -> Events {
+        self.keys = keys;
+        self
+    }
+    /// Sets `some_unkeyed`.
+    pub fn some_unkeyed(mut self, some_unkeyed: bool) -> Events {
+        self.some_unkeyed = some_unkeyed;
+        self
+    }
+    /// Sets `rich`.
+    pub fn rich(mut self, rich: bool) -> Events {
+        self.rich = rich;
+        self
+    }
+}
+
 /// Inserts `events` with one SQL statement.
 pub async fn insert_events(db: &TestDb, events: Events) {
     let Events {
@@ -141,6 +170,40 @@ impl Default for Rounds {
             keys: 1,
             pause: Duration::ZERO,
         }
+    }
+}
+
+/// Setters, so a test reads `Rounds::default().first_n(..)` in one line.
+impl Rounds {
+    /// Sets `first_n`.
+    pub fn first_n(mut self, first_n: i64) -> Rounds {
+        self.first_n = first_n;
+        self
+    }
+    /// Sets `rounds`.
+    pub fn rounds(mut self, rounds: usize) -> Rounds {
+        self.rounds = rounds;
+        self
+    }
+    /// Sets `per_round`.
+    pub fn per_round(mut self, per_round: i64) -> Rounds {
+        self.per_round = per_round;
+        self
+    }
+    /// Sets `topics`.
+    pub fn topics(mut self, topics: usize) -> Rounds {
+        self.topics = topics;
+        self
+    }
+    /// Sets `keys`.
+    pub fn keys(mut self, keys: usize) -> Rounds {
+        self.keys = keys;
+        self
+    }
+    /// Sets `pause`.
+    pub fn pause(mut self, pause: Duration) -> Rounds {
+        self.pause = pause;
+        self
     }
 }
 
