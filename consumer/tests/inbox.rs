@@ -366,14 +366,18 @@ async fn a_consumer_with_the_inbox_applies_each_event_once_when_the_group_reads_
         (stop, task)
     };
 
+    // Every entry read and acknowledged.
+    let caught_up = async || {
+        eventually(Duration::from_secs(20), || async {
+            match t.redis.group_state("orders", "g").await {
+                Some((last, 0)) if last == last_id => Ok(()),
+                other => Err(format!("group at {other:?}")),
+            }
+        })
+        .await
+    };
     let (stop, task) = run("c1");
-    eventually(Duration::from_secs(20), || async {
-        match t.redis.group_state("orders", "g").await {
-            Some((last, 0)) if last == last_id => Ok(()),
-            other => Err(format!("group at {other:?}")),
-        }
-    })
-    .await;
+    caught_up().await;
     let _ = stop.send(());
     let stats = task.await.expect("first consumer");
     assert_eq!(stats.handled, 20);
@@ -389,13 +393,7 @@ async fn a_consumer_with_the_inbox_applies_each_event_once_when_the_group_reads_
         .await
         .expect("xgroup setid");
     let (stop, task) = run("c2");
-    eventually(Duration::from_secs(20), || async {
-        match t.redis.group_state("orders", "g").await {
-            Some((last, 0)) if last == last_id => Ok(()),
-            other => Err(format!("group at {other:?}")),
-        }
-    })
-    .await;
+    caught_up().await;
     let _ = stop.send(());
     let stats = task.await.expect("second consumer");
     assert_eq!(

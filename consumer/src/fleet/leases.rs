@@ -341,6 +341,24 @@ mod tests {
         Resume(usize),
     }
 
+    impl Step {
+        /// The same step, its consumer one of the first `consumers`.
+        fn among(&self, consumers: usize) -> Step {
+            match self {
+                Step::Beat { consumer, delay } => Step::Beat {
+                    consumer: consumer % consumers,
+                    delay: *delay,
+                },
+                Step::Join(i) => Step::Join(i % consumers),
+                Step::Stop(i) => Step::Stop(i % consumers),
+                Step::Crash(i) => Step::Crash(i % consumers),
+                Step::Freeze(i) => Step::Freeze(i % consumers),
+                Step::Resume(i) => Step::Resume(i % consumers),
+                Step::Advance(ms) => Step::Advance(*ms),
+            }
+        }
+    }
+
     fn step(consumers: usize) -> impl Strategy<Value = Step> {
         prop_oneof![
             6 => (0..consumers, 0..MAX_DELAY_MS).prop_map(|(consumer, delay)| Step::Beat { consumer, delay }),
@@ -402,16 +420,7 @@ mod tests {
         ) {
             let mut world = World::new(partitions, consumers);
             for s in &steps {
-                let s = match s {
-                    Step::Beat { consumer, delay } => Step::Beat { consumer: consumer % consumers, delay: *delay },
-                    Step::Join(i) => Step::Join(i % consumers),
-                    Step::Stop(i) => Step::Stop(i % consumers),
-                    Step::Crash(i) => Step::Crash(i % consumers),
-                    Step::Freeze(i) => Step::Freeze(i % consumers),
-                    Step::Resume(i) => Step::Resume(i % consumers),
-                    Step::Advance(ms) => Step::Advance(*ms),
-                };
-                apply(&mut world, &s);
+                apply(&mut world, &s.among(consumers));
                 world.check_one_owner_per_epoch()?;
             }
         }
@@ -427,16 +436,7 @@ mod tests {
         ) {
             let mut world = World::new(partitions, consumers);
             for s in &steps {
-                let s = match s {
-                    Step::Beat { consumer, delay } => Step::Beat { consumer: consumer % consumers, delay: *delay },
-                    Step::Join(i) => Step::Join(i % consumers),
-                    Step::Stop(i) => Step::Stop(i % consumers),
-                    Step::Crash(i) => Step::Crash(i % consumers),
-                    Step::Freeze(i) => Step::Freeze(i % consumers),
-                    Step::Resume(i) => Step::Resume(i % consumers),
-                    Step::Advance(ms) => Step::Advance(*ms),
-                };
-                apply(&mut world, &s);
+                apply(&mut world, &s.among(consumers));
             }
             // Stable: nobody frozen, at least one member; beats every sixth of the lease
             // for a few leases, so what a crashed or frozen owner held runs out.
