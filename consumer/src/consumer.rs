@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use futures::future::FusedFuture;
 use futures::FutureExt;
+use std::pin::Pin;
 
 use outbox_core::backoff::{self, ErrorLog};
 use outbox_core::redis_conn::{self, Timeouts};
@@ -30,6 +31,7 @@ use crate::fleet::{self, Fleet};
 use crate::handler::Processing;
 use crate::handling::{Ctx, Delivery, Fate, Process};
 use crate::lanes;
+use crate::source::{self, Fenced, Group, Pending, Source};
 use crate::stream::{self, EntryRef};
 
 /// Why a consumer could not be built. Nothing after that is fatal: outages are retried.
@@ -153,48 +155,32 @@ impl Consumer {
     ) -> RunStats {
         let mut shutdown = pin!(shutdown.fuse());
         let mut state = LoopState::new();
-        let ctx = Ctx {
-            config: &self.config,
-            conn: self.conn.clone(),
-            fleet: &self.fleet,
-        };
         let streams = self.keys.join(",");
         tracing::info!(
             %streams, group = %self.config.group, consumer = %self.config.consumer,
             "consumer started"
         );
+        // A plain group until a topic turns out partitioned (at the start, or later when the
+        // relay first publishes it at a count or it is repartitioned), then the fleet.
+        let mut fenced = false;
         loop {
-            if shutdown.is_terminated() || (&mut shutdown).now_or_never().is_some() {
-                break;
-            }
-            let mut conn = self.conn.clone();
-            let wait = match self.turn(&ctx, &mut conn, &mut state, process).await {
-                Ok(Turn::Again) => {
-                    state.redis_ok();
-                    continue;
-                }
-                Ok(Turn::Wait(until)) => {
-                    state.redis_ok();
-                    until.saturating_duration_since(Instant::now())
-                }
-                Err(e) => {
-                    if groups::is_nogroup(&e) {
-                        state.group_ready = false;
-                    }
-                    state.redis_failed(&self.config, &e)
-                }
+            let end = if fenced {
+                let source = Fenced(&self.fleet);
+                self.consume(&source, process, shutdown.as_mut(), &mut state)
+                    .await
+            } else {
+                self.consume(&Group, process, shutdown.as_mut(), &mut state)
+                    .await
             };
-            if !wait.is_zero() {
-                tokio::select! {
-                    _ = tokio::time::sleep(wait) => {}
-                    _ = &mut shutdown => break,
-                }
+            match end {
+                End::Shutdown => break,
+                End::Switch => fenced = !fenced,
             }
         }
         // What was handled since the last read, or could not be acknowledged, is now.
         if !state.unacked.is_empty() {
             let mut conn = self.conn.clone();
-            match stream::ack(&mut conn, &self.config, &state.unacked).await {
+            match source::ack(&mut conn, &self.config, &state.unacked).await {
                 Ok(()) => state.stats.handled += state.unacked.len() as u64,
                 Err(e) => {
                     tracing::warn!(error = %e, count = state.unacked.len(), "acknowledgements lost at shutdown: those entries will be redelivered")
@@ -215,18 +201,66 @@ impl Consumer {
         state.stats
     }
 
+    /// The loop on one source, until shutdown or until the topics need the other source.
+    async fn consume<S: Source, P: Process>(
+        &self,
+        source: &S,
+        process: &P,
+        mut shutdown: Pin<&mut impl FusedFuture<Output = ()>>,
+        state: &mut LoopState,
+    ) -> End {
+        let ctx = Ctx {
+            config: &self.config,
+            conn: self.conn.clone(),
+            source,
+        };
+        loop {
+            if shutdown.is_terminated() || shutdown.as_mut().now_or_never().is_some() {
+                return End::Shutdown;
+            }
+            let mut conn = self.conn.clone();
+            let wait = match self.turn(&ctx, &mut conn, state, process).await {
+                Ok(Turn::Again) => {
+                    state.redis_ok();
+                    continue;
+                }
+                Ok(Turn::Switch) => {
+                    state.redis_ok();
+                    return End::Switch;
+                }
+                Ok(Turn::Wait(until)) => {
+                    state.redis_ok();
+                    until.saturating_duration_since(Instant::now())
+                }
+                Err(e) => {
+                    if groups::is_nogroup(&e) {
+                        state.group_ready = false;
+                    }
+                    state.redis_failed(&self.config, &e)
+                }
+            };
+            if !wait.is_zero() {
+                tokio::select! {
+                    _ = tokio::time::sleep(wait) => {}
+                    _ = shutdown.as_mut() => return End::Shutdown,
+                }
+            }
+        }
+    }
+
     /// One step of the loop: claim from dead consumers when due, then handle own pending
     /// entries, or else read new ones. Entries handled in the last step are acknowledged
     /// in the same round trip as the next read, or before anything that lists pending
     /// entries (which must not find them).
-    async fn turn<P: Process>(
+    async fn turn<S: Source, P: Process>(
         &self,
-        ctx: &Ctx<'_>,
+        ctx: &Ctx<'_, S>,
         conn: &mut RedisConn,
         state: &mut LoopState,
         process: &P,
     ) -> redis::RedisResult<Turn> {
         let config = &self.config;
+        let source = ctx.source;
         if self.fleet.take_stale() {
             state.group_ready = false;
         }
@@ -241,20 +275,29 @@ impl Consumer {
             state.maybe_pending = state.streams.iter().cloned().collect();
             state.group_ready = true;
         }
-        self.fleet_chores(conn, state).await?;
-        let streams = self.fleet.readable(&state.streams);
+        if self.fleet.is_active() != S::FENCED {
+            return Ok(Turn::Switch);
+        }
+        // Between batches, nothing is in hand: streams given up (after acknowledging what
+        // was handled) and taken over.
+        if source.releasing() {
+            state.flush(conn, config, source).await?;
+        }
+        let changes = source.rebalance(conn, config).await?;
+        for stream in &changes.released {
+            state.none_pending(stream);
+        }
+        state.maybe_pending.extend(changes.taken);
+        let streams = source.readable(&state.streams);
         let now = Instant::now();
         let claim_due = now >= state.next_claim;
         let check_due = streams.iter().any(|s| state.maybe_pending.contains(s));
-        if !state.unacked.is_empty() && (check_due || claim_due) {
-            stream::ack(conn, config, &state.unacked).await?;
-            state.stats.handled += state.unacked.len() as u64;
-            state.unacked.clear();
+        if check_due || claim_due {
+            state.flush(conn, config, source).await?;
         }
         if claim_due {
-            // A divided partition's entries are taken over by its new owner, not claimed.
-            for key in streams.iter().filter(|s| self.fleet.owner_key(s).is_none()) {
-                let claimed = stream::claim_abandoned(conn, config, key).await?;
+            for key in &streams {
+                let claimed = source.claim_abandoned(conn, config, key).await?;
                 if claimed > 0 {
                     tracing::info!(claimed, stream = %key, "claimed entries idle longer than claim_idle from other consumers");
                     state.maybe_pending.insert(key.clone());
@@ -272,7 +315,7 @@ impl Consumer {
             .collect();
         let mut pending = Vec::new();
         for key in to_check {
-            let mine = stream::pending_mine(conn, config, &key).await?;
+            let mine = source.pending_mine(conn, config, &key).await?;
             if mine.is_empty() {
                 state.none_pending(&key);
             } else {
@@ -282,25 +325,17 @@ impl Consumer {
         if !pending.is_empty() {
             return self.pending_turn(ctx, conn, state, process, pending).await;
         }
-        let from: Vec<stream::ReadFrom> = streams
-            .iter()
-            .map(|s| stream::ReadFrom {
-                stream: s.clone(),
-                owner: self.fleet.owner_key(s),
-            })
-            .collect();
-        let read = stream::read_new(conn, config, &from, &state.unacked).await?;
+        let read = source
+            .read_new(conn, config, &streams, &state.unacked)
+            .await?;
         state.stats.handled += state.unacked.len() as u64;
         state.unacked.clear();
-        let held = !read.held.is_empty();
         for key in read.held {
             tracing::info!(stream = %key, "entries of this consumer still pending there: handling them before reading newer ones");
             state.maybe_pending.insert(key);
         }
+        state.fresh_unattempted.extend(read.early);
         if read.entries.is_empty() {
-            if !held {
-                stream::wait_for_new(conn, config, &read.last).await?;
-            }
             return Ok(Turn::Again);
         }
         let deliveries: Vec<Delivery> = read
@@ -313,72 +348,22 @@ impl Consumer {
         Ok(Turn::Again)
     }
 
-    /// Between batches, nothing of a partition is in hand: give up the partitions this
-    /// consumer should no longer own (after acknowledging what it handled), and take over
-    /// the entries the previous owners of newly taken ones left unacknowledged.
-    async fn fleet_chores(
-        &self,
-        conn: &mut RedisConn,
-        state: &mut LoopState,
-    ) -> redis::RedisResult<()> {
-        let config = &self.config;
-        let releases = self.fleet.to_release();
-        if !releases.is_empty() && !state.unacked.is_empty() {
-            stream::ack(conn, config, &state.unacked).await?;
-            state.stats.handled += state.unacked.len() as u64;
-            state.unacked.clear();
-        }
-        for (stream_key, owner, epoch) in releases {
-            fleet::scripts::lease(
-                conn,
-                &owner,
-                &epoch,
-                &config.consumer,
-                0,
-                fleet::scripts::LeaseOp::Release,
-            )
-            .await?;
-            self.fleet.forget(&stream_key);
-            state.none_pending(&stream_key);
-            tracing::info!(stream = %stream_key, "gave up partition for a rebalance");
-        }
-        for (stream_key, owner, lease) in self.fleet.to_hand_over() {
-            match fleet::scripts::hand_over(
-                conn,
-                &stream_key,
-                &owner,
-                &config.group,
-                &config.consumer,
-            )
-            .await?
-            {
-                Some(taken) => {
-                    self.fleet.handed_over(&stream_key);
-                    state.maybe_pending.insert(stream_key.clone());
-                    tracing::info!(stream = %stream_key, partition = lease.partition, epoch = lease.epoch, taken, "partition handed over: its unacknowledged entries first, in order");
-                }
-                None => self.fleet.forget(&stream_key),
-            }
-        }
-        Ok(())
-    }
-
     /// Handles this consumer's pending entries (per stream, oldest first): the lanes whose
     /// entries are not waiting out a retry delay; or says how long to wait when all of them
     /// are.
-    async fn pending_turn<P: Process>(
+    async fn pending_turn<S: Source, P: Process>(
         &self,
-        ctx: &Ctx<'_>,
+        ctx: &Ctx<'_, S>,
         conn: &mut RedisConn,
         state: &mut LoopState,
         process: &P,
-        pending: Vec<(Arc<str>, Vec<stream::Pending>)>,
+        pending: Vec<(Arc<str>, Vec<Pending>)>,
     ) -> redis::RedisResult<Turn> {
         let mut gone = Vec::new();
         let mut deliveries = Vec::new();
         for (key, mine) in pending {
             let ids: Vec<String> = mine.iter().map(|(id, _)| id.clone()).collect();
-            let fetched = stream::fetch(conn, &key, &ids).await?;
+            let fetched = ctx.source.fetch(conn, &key, &ids).await?;
             for ((id, count), raw) in mine.into_iter().zip(fetched) {
                 let Some(raw) = raw else {
                     gone.push(EntryRef {
@@ -395,7 +380,7 @@ impl Consumer {
         }
         if !gone.is_empty() {
             tracing::warn!(count = gone.len(), "pending entries no longer in their stream (trimmed or deleted): acknowledged without handling");
-            stream::ack(conn, &self.config, &gone).await?;
+            ctx.source.ack(conn, &self.config, &gone).await?;
         }
         let now = Instant::now();
         let (ready, waiting): (Vec<Vec<Delivery>>, Vec<Vec<Delivery>>) =
@@ -419,9 +404,9 @@ impl Consumer {
 
     /// Runs the lanes, then records the successes for acknowledgement (with the next read)
     /// and the rest for a retry.
-    async fn handle<P: Process>(
+    async fn handle<S: Source, P: Process>(
         &self,
-        ctx: &Ctx<'_>,
+        ctx: &Ctx<'_, S>,
         state: &mut LoopState,
         process: &P,
         lanes: Vec<Vec<Delivery>>,
@@ -430,7 +415,7 @@ impl Consumer {
         let outcomes = tokio::select! {
             biased;
             outcomes = process.process(ctx, lanes) => outcomes,
-            never = keep_claimed(&self.config, &self.fleet, self.conn.clone(), in_hand) => match never {},
+            never = keep_claimed(&self.config, ctx.source, self.conn.clone(), in_hand) => match never {},
         };
         let mut done = Vec::new();
         let mut redis_error = None;
@@ -503,9 +488,9 @@ impl Consumer {
 /// While a batch's handlers run, restarts the idle time of its entries every third of
 /// `claim_idle`, so that a handler slower than `claim_idle` does not get its entries claimed
 /// by another consumer (which would handle them a second time, and out of key order).
-async fn keep_claimed(
+async fn keep_claimed<S: Source>(
     config: &ConsumerConfig,
-    fleet: &Fleet,
+    source: &S,
     mut conn: RedisConn,
     refs: Vec<EntryRef>,
 ) -> Infallible {
@@ -514,8 +499,10 @@ async fn keep_claimed(
     loop {
         tokio::time::sleep(every).await;
         // Entries idle less than half a period were just claimed by someone else: leave them.
-        let owner_of = |stream: &str| fleet.owner_key(stream);
-        if let Err(e) = stream::keep_idle_low(&mut conn, config, &refs, every / 2, owner_of).await {
+        if let Err(e) = source
+            .keep_in_hand(&mut conn, config, &refs, every / 2)
+            .await
+        {
             if let Some(suppressed) = failures.admit(Instant::now()) {
                 tracing::warn!(error = %e, suppressed, "could not refresh the entries in hand; another consumer may claim them");
             }
@@ -531,8 +518,16 @@ fn claim_every(config: &ConsumerConfig) -> Duration {
 enum Turn {
     /// Go on at once.
     Again,
+    /// The topics' partitioning changed: go on with the other source.
+    Switch,
     /// Nothing to do before this instant (a retry delay, or the next claim round).
     Wait(Instant),
+}
+
+/// Why the loop on one source ended.
+enum End {
+    Shutdown,
+    Switch,
 }
 
 /// What the loop remembers between turns.
@@ -580,6 +575,22 @@ impl LoopState {
         self.retry_at.retain(|at, _| at.stream.as_ref() != stream);
         self.fresh_unattempted
             .retain(|at| at.stream.as_ref() != stream);
+    }
+
+    /// Acknowledges what was handled since the last read.
+    async fn flush<S: Source>(
+        &mut self,
+        conn: &mut RedisConn,
+        config: &ConsumerConfig,
+        source: &S,
+    ) -> redis::RedisResult<()> {
+        if self.unacked.is_empty() {
+            return Ok(());
+        }
+        source.ack(conn, config, &self.unacked).await?;
+        self.stats.handled += self.unacked.len() as u64;
+        self.unacked.clear();
+        Ok(())
     }
 
     fn redis_ok(&mut self) {

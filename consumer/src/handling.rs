@@ -13,17 +13,17 @@ use uuid::Uuid;
 use outbox_core::{Entry, EntryError, Lease, RedisConn};
 
 use crate::config::ConsumerConfig;
-use crate::fleet::{Check, Fleet};
 use crate::handler::{BatchHandler, Batches, ErrorKind, Handler, HandlerError};
 use crate::lanes::Keyed;
 use crate::layer::{Borrowed, CatchPanic, CatchPanicLayer, Layer, Traced, TracedLayer};
+use crate::source::{Check, Source};
 use crate::stream::{self, EntryRef, RawEntry};
 
-/// What the lanes share.
-pub(crate) struct Ctx<'a> {
+/// What the lanes share: the settings, a connection, and the source the entries came from.
+pub(crate) struct Ctx<'a, S> {
     pub(crate) config: &'a ConsumerConfig,
     pub(crate) conn: RedisConn,
-    pub(crate) fleet: &'a Fleet,
+    pub(crate) source: &'a S,
 }
 
 /// One delivery of one entry.
@@ -96,7 +96,8 @@ pub(crate) enum Fate {
 /// The part that differs between handler kinds: running a batch's lanes, and the handler's
 /// own work beside them.
 pub(crate) trait Process {
-    async fn process(&self, ctx: &Ctx<'_>, lanes: Vec<Vec<Delivery>>) -> Vec<Outcome>;
+    async fn process<S: Source>(&self, ctx: &Ctx<'_, S>, lanes: Vec<Vec<Delivery>>)
+        -> Vec<Outcome>;
     async fn maintain(&self, group: &str);
 }
 
@@ -104,13 +105,13 @@ pub(crate) trait Process {
 /// alone; a malformed entry, or one already delivered more than `max_deliveries` times, goes
 /// to the dead stream; a pending entry is taken for this delivery. `Ok`: hand it to the
 /// handler, under this lease (for a divided partition).
-async fn before_handling(
-    ctx: &Ctx<'_>,
+async fn before_handling<S: Source>(
+    ctx: &Ctx<'_, S>,
     conn: &mut RedisConn,
     d: &Delivery,
 ) -> Result<Option<Lease>, Fate> {
-    let lease = match ctx.fleet.check(&d.raw.stream) {
-        Check::Unfenced => None,
+    let lease = match ctx.source.check(&d.raw.stream) {
+        Check::Anyone => None,
         Check::Held(lease) => Some(lease),
         Check::NotMine => return Err(Fate::Lost(None)),
     };
@@ -141,19 +142,25 @@ async fn before_handling(
 
 /// Takes `d`'s entry for delivery number `deliveries` (lease-checked on a divided partition):
 /// false when it is no longer this consumer's.
-async fn take(
-    ctx: &Ctx<'_>,
+async fn take<S: Source>(
+    ctx: &Ctx<'_, S>,
     conn: &mut RedisConn,
     d: &Delivery,
     deliveries: u64,
 ) -> redis::RedisResult<bool> {
-    let owner = ctx.fleet.owner_key(&d.raw.stream);
     let (stream, id) = (&d.raw.stream, &d.raw.stream_id);
-    stream::take_for_delivery(conn, ctx.config, owner.as_deref(), stream, id, deliveries).await
+    ctx.source
+        .take(conn, ctx.config, stream, id, deliveries)
+        .await
 }
 
 /// The handler failed delivery `d`: retry, or dead-letter at `max_deliveries`.
-async fn after_failure(ctx: &Ctx<'_>, conn: &mut RedisConn, d: &Delivery, error: &str) -> Fate {
+async fn after_failure<S: Source>(
+    ctx: &Ctx<'_, S>,
+    conn: &mut RedisConn,
+    d: &Delivery,
+    error: &str,
+) -> Fate {
     tracing::warn!(
         stream_id = %d.raw.stream_id, event_id = %d.event_id().map(|id| id.to_string()).unwrap_or_default(), delivery = d.delivery,
         max_deliveries = ctx.config.max_deliveries, error, "handler failed"
@@ -171,8 +178,8 @@ async fn after_failure(ctx: &Ctx<'_>, conn: &mut RedisConn, d: &Delivery, error:
     }
 }
 
-async fn dead_letter(
-    ctx: &Ctx<'_>,
+async fn dead_letter<S: Source>(
+    ctx: &Ctx<'_, S>,
     conn: &mut RedisConn,
     d: &Delivery,
     error: &str,
@@ -193,7 +200,12 @@ async fn dead_letter(
 
 /// A handler failed for an outage (its database away), not through the entry's fault: the
 /// delivery is given back, so the next one gets this number again and no attempt is spent.
-async fn after_outage(ctx: &Ctx<'_>, conn: &mut RedisConn, d: &Delivery, error: &str) -> Fate {
+async fn after_outage<S: Source>(
+    ctx: &Ctx<'_, S>,
+    conn: &mut RedisConn,
+    d: &Delivery,
+    error: &str,
+) -> Fate {
     tracing::debug!(stream_id = %d.raw.stream_id, %error, "handler hit an outage: not counted as a delivery");
     match take(ctx, conn, d, d.delivery - 1).await {
         Ok(_) => Fate::Outage(error.to_string()),
@@ -202,8 +214,8 @@ async fn after_outage(ctx: &Ctx<'_>, conn: &mut RedisConn, d: &Delivery, error: 
 }
 
 /// What a handler's result means for delivery `d`.
-async fn after_handler(
-    ctx: &Ctx<'_>,
+async fn after_handler<S: Source>(
+    ctx: &Ctx<'_, S>,
     conn: &mut RedisConn,
     d: &Delivery,
     result: &Result<(), Failure>,
@@ -222,7 +234,7 @@ async fn after_handler(
                 stream = %d.raw.stream, stream_id = %d.raw.stream_id, error,
                 "a newer owner holds this partition: effect refused, partition no longer handled here"
             );
-            ctx.fleet.forget(&d.raw.stream);
+            ctx.source.fenced_out(&d.raw.stream);
             Fate::Lost(None)
         }
         Err(Failure {
@@ -262,7 +274,11 @@ fn wrapped<'a, H>(stream: &Arc<str>, handler: &'a H) -> Traced<CatchPanic<Borrow
 
 /// One lane of a per-entry handler: its entries one after another, until one does not succeed
 /// (the later ones of its key then wait: handling them now would reorder the key).
-async fn lane<H: Handler>(handler: &H, ctx: &Ctx<'_>, lane: Vec<Delivery>) -> Vec<Outcome> {
+async fn lane<H: Handler, S: Source>(
+    handler: &H,
+    ctx: &Ctx<'_, S>,
+    lane: Vec<Delivery>,
+) -> Vec<Outcome> {
     let mut conn = ctx.conn.clone();
     let mut out = Vec::with_capacity(lane.len());
     let mut blocked = false;
@@ -283,7 +299,12 @@ async fn lane<H: Handler>(handler: &H, ctx: &Ctx<'_>, lane: Vec<Delivery>) -> Ve
     out
 }
 
-async fn one<H: Handler>(handler: &H, ctx: &Ctx<'_>, conn: &mut RedisConn, d: &Delivery) -> Fate {
+async fn one<H: Handler, S: Source>(
+    handler: &H,
+    ctx: &Ctx<'_, S>,
+    conn: &mut RedisConn,
+    d: &Delivery,
+) -> Fate {
     let lease = match before_handling(ctx, conn, d).await {
         Ok(lease) => lease,
         Err(fate) => return fate,
@@ -300,7 +321,11 @@ async fn one<H: Handler>(handler: &H, ctx: &Ctx<'_>, conn: &mut RedisConn, d: &D
 
 /// A per-entry handler: one call per entry, lanes concurrently.
 impl<H: Handler> Process for H {
-    async fn process(&self, ctx: &Ctx<'_>, lanes: Vec<Vec<Delivery>>) -> Vec<Outcome> {
+    async fn process<S: Source>(
+        &self,
+        ctx: &Ctx<'_, S>,
+        lanes: Vec<Vec<Delivery>>,
+    ) -> Vec<Outcome> {
         futures::stream::iter(lanes)
             .map(|one_lane| lane(self, ctx, one_lane))
             .buffer_unordered(ctx.config.concurrency)
@@ -318,7 +343,11 @@ impl<H: Handler> Process for H {
 
 /// A batch handler: one call per batch, all or nothing.
 impl<B: BatchHandler> Process for Batches<B> {
-    async fn process(&self, ctx: &Ctx<'_>, lanes: Vec<Vec<Delivery>>) -> Vec<Outcome> {
+    async fn process<S: Source>(
+        &self,
+        ctx: &Ctx<'_, S>,
+        lanes: Vec<Vec<Delivery>>,
+    ) -> Vec<Outcome> {
         let mut conn = ctx.conn.clone();
         let mut all: Vec<Delivery> = lanes.into_iter().flatten().collect();
         all.sort_by_key(|d| stream_id_order(&d.raw.stream_id));

@@ -76,6 +76,7 @@ mod handling;
 pub mod inbox;
 mod lanes;
 mod layer;
+mod source;
 mod spans;
 mod stream;
 

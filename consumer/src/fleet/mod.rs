@@ -72,17 +72,6 @@ struct State {
     joined: std::collections::HashSet<String>,
 }
 
-/// What the loop may do with an entry of a stream.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Check {
-    /// A topic with one stream: any consumer of the group.
-    Unfenced,
-    /// A partition this consumer holds, under this lease.
-    Held(Lease),
-    /// A partition this consumer does not hold (any more): leave its entries alone.
-    NotMine,
-}
-
 /// The fleet bookkeeping of one consumer, shared by the loop and the heartbeat.
 #[derive(Debug)]
 pub(crate) struct Fleet {
@@ -170,19 +159,15 @@ impl Fleet {
         self.state().owners.get(stream).cloned()
     }
 
-    /// What this consumer may do with `stream`'s entries now.
-    pub(crate) fn check(&self, stream: &str) -> Check {
+    /// The lease under which this consumer may handle `stream`'s entries now: held, taken
+    /// over and trusted still; `None` otherwise (for an unfenced stream too).
+    pub(crate) fn lease_in_hand(&self, stream: &str) -> Option<Lease> {
         let state = self.state();
-        if !state.owners.contains_key(stream) {
-            return Check::Unfenced;
-        }
-        match state.held.get(stream) {
-            Some(h) if h.handed_over && Instant::now() < h.valid_until => Check::Held(Lease {
-                partition: h.partition,
-                epoch: h.epoch,
-            }),
-            _ => Check::NotMine,
-        }
+        let h = state.held.get(stream)?;
+        (h.handed_over && Instant::now() < h.valid_until).then_some(Lease {
+            partition: h.partition,
+            epoch: h.epoch,
+        })
     }
 
     /// Of `streams`, those this consumer may read: unfenced ones, and partitions it holds,

@@ -1,9 +1,7 @@
-//! Every Redis command the consumer sends, one function each, named for what it does to the
-//! group: create it, read new entries, list and fetch this consumer's pending ones, take one
-//! for another delivery, acknowledge, dead-letter, claim from dead consumers.
-//!
-//! `read` reads, `hold` keeps and claims, `settle` acknowledges and dead-letters, `reply`
-//! parses; this module holds the entry types they share.
+//! The entries as the consumer holds them (`RawEntry`, `EntryRef`), grouped per stream and
+//! per hash slot; `setup` resolves the streams and creates the group, `reply` parses read
+//! replies, `dead` writes dead letters. The commands that read and settle entries are the
+//! sources' ([`crate::source`]).
 
 use std::sync::Arc;
 
@@ -12,18 +10,13 @@ use redis::Value;
 
 use outbox_core::entry::{field, value_text};
 
-mod hold;
-mod read;
+mod dead;
 mod reply;
-mod settle;
+mod setup;
 
-pub(crate) use hold::{claim_abandoned, keep_idle_low, take_for_delivery};
-pub(crate) use read::{
-    ensure_group, fetch, pending_mine, read_new, resolve_partitions, wait_for_new, Pending,
-    ReadFrom,
-};
+pub(crate) use dead::dead_letter;
 pub(crate) use reply::{parse_entries, parse_read_reply};
-pub(crate) use settle::{ack, dead_letter};
+pub(crate) use setup::{ensure_group, resolve_partitions};
 
 /// One entry as Redis returned it: its stream's key, its id and its fields in order.
 #[derive(Debug, Clone, PartialEq)]

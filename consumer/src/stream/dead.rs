@@ -1,56 +1,11 @@
-//! Settling entries: acknowledging them (alone, or in the round trip of the next read) and
-//! moving them to the dead stream.
+//! Moving an entry to the dead stream, once, even when two consumers hold it.
 
 use redis::cluster_routing::Slot;
 use redis::{RedisResult, Value};
 
-use super::{by_slot, by_stream, EntryRef, RawEntry};
+use super::RawEntry;
 use crate::config::ConsumerConfig;
 use outbox_core::RedisConn;
-
-/// `XACK key group id...` per stream, pipelined: one round trip (one per hash slot, at once,
-/// on a cluster).
-pub(crate) async fn ack(
-    conn: &mut RedisConn,
-    config: &ConsumerConfig,
-    refs: &[EntryRef],
-) -> RedisResult<()> {
-    let groups = by_slot(by_stream(refs), |(key, _)| key, conn.is_cluster());
-    let sends = groups.into_iter().map(|group| {
-        let mut conn = conn.clone();
-        let mut pipe = redis::pipe();
-        add_stream_acks(&mut pipe, config, group);
-        async move { run(&mut conn, &pipe).await }
-    });
-    futures::future::try_join_all(sends).await.map(|_| ())
-}
-
-/// `XACK key group id...` per stream of `refs`, replies ignored.
-pub(super) fn add_acks(pipe: &mut redis::Pipeline, config: &ConsumerConfig, refs: &[EntryRef]) {
-    add_stream_acks(pipe, config, by_stream(refs));
-}
-
-fn add_stream_acks(
-    pipe: &mut redis::Pipeline,
-    config: &ConsumerConfig,
-    per_stream: Vec<(std::sync::Arc<str>, Vec<String>)>,
-) {
-    for (key, ids) in per_stream {
-        pipe.cmd("XACK")
-            .arg(key.as_ref())
-            .arg(&config.group)
-            .arg(ids)
-            .ignore();
-    }
-}
-
-/// Sends a pipeline whose replies are all ignored; an empty one is not sent.
-pub(super) async fn run(conn: &mut RedisConn, pipe: &redis::Pipeline) -> RedisResult<()> {
-    if pipe.is_empty() {
-        return Ok(());
-    }
-    pipe.query_async::<()>(conn).await
-}
 
 /// Moves an entry to the dead stream if it is still this consumer's: `XADD <dead> *
 /// <original fields> error group deliveries` and its `XACK`, in one script, so that two
