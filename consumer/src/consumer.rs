@@ -29,8 +29,7 @@ use outbox_core::{groups, ConnectError, RedisConn};
 use crate::config::{ConfigError, ConsumerConfig};
 use crate::fleet::{self, Fleet};
 use crate::handler::Processing;
-use crate::handling::{Ctx, Delivery, Fate, Process};
-use crate::lanes;
+use crate::handling::{self, Ctx, Delivery, Fate, Process};
 use crate::source::{self, Fenced, Group, Pending, Source};
 use crate::stream::{self, EntryRef};
 
@@ -343,7 +342,7 @@ impl Consumer {
             .into_iter()
             .map(|raw| Delivery::new(raw, &self.group, 1, false))
             .collect();
-        self.handle(ctx, state, process, lanes::group(deliveries))
+        self.handle(ctx, state, process, handling::lanes(deliveries))
             .await?;
         Ok(Turn::Again)
     }
@@ -384,7 +383,7 @@ impl Consumer {
         }
         let now = Instant::now();
         let (ready, waiting): (Vec<Vec<Delivery>>, Vec<Vec<Delivery>>) =
-            lanes::group(deliveries).into_iter().partition(|lane| {
+            handling::lanes(deliveries).into_iter().partition(|lane| {
                 lane.iter()
                     .all(|d| state.retry_at.get(&d.raw.at()).is_none_or(|t| *t <= now))
             });

@@ -1,10 +1,13 @@
-//! Handling one batch: the checks before a handler runs (malformed, over the delivery limit,
-//! still this consumer's), the handler kinds (per entry in lanes, per batch), and what a
-//! failure leads to (a retry, an uncounted retry after an outage, or the dead stream). The loop in [`crate::consumer`] decides
-//! what to read; this decides what becomes of each entry it read. The handler runs inside
-//! the library's own layers ([`crate::layer`]: panic caught, processing span); the steps here
-//! are those that act on the stream.
+//! Handling one batch: split into lanes by partition key (different keys concurrently, one
+//! key's entries one after another, in stream order), the checks before a handler runs
+//! (malformed, over the delivery limit, still this consumer's), the handler kinds (per entry
+//! in lanes, per batch), and what a failure leads to (a retry, an uncounted retry after an
+//! outage, or the dead stream). The loop in [`crate::consumer`] decides what to read; this
+//! decides what becomes of each entry it read. The handler runs inside the library's own
+//! layers ([`crate::layer`]: panic caught, processing span); the steps here are those that
+//! act on the stream, through the entry's source ([`crate::source`]).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use futures::StreamExt;
@@ -14,7 +17,6 @@ use outbox_core::{Entry, EntryError, Lease, RedisConn};
 
 use crate::config::ConsumerConfig;
 use crate::handler::{BatchHandler, Batches, ErrorKind, Handler, HandlerError};
-use crate::lanes::Keyed;
 use crate::layer::{Borrowed, CatchPanic, CatchPanicLayer, Layer, Traced, TracedLayer};
 use crate::source::{Check, Source};
 use crate::stream::{self, EntryRef, RawEntry};
@@ -71,6 +73,33 @@ impl Keyed for Delivery {
     fn lane_key(&self) -> Option<&str> {
         self.lane.as_deref()
     }
+}
+
+/// What a lane needs to know of an item: its partition key, if any.
+pub(crate) trait Keyed {
+    /// The partition key; `None` makes the item a lane of its own.
+    fn lane_key(&self) -> Option<&str>;
+}
+
+/// Splits `items` (in stream order) into lanes: one per partition key holding that key's
+/// items in their original order, and one per item without a key. Lanes come in the order of
+/// their first item, so a batch with concurrency 1 runs in stream order.
+pub(crate) fn lanes<T: Keyed>(items: Vec<T>) -> Vec<Vec<T>> {
+    let mut lanes: Vec<Vec<T>> = Vec::new();
+    let mut by_key: HashMap<String, usize> = HashMap::new();
+    for item in items {
+        match item.lane_key() {
+            None => lanes.push(vec![item]),
+            Some(key) => match by_key.get(key) {
+                Some(&lane) => lanes[lane].push(item),
+                None => {
+                    by_key.insert(key.to_string(), lanes.len());
+                    lanes.push(vec![item]);
+                }
+            },
+        }
+    }
+    lanes
 }
 
 pub(crate) struct Outcome {
@@ -423,5 +452,65 @@ mod tests {
         let mut ids = vec!["10-0", "9-1", "9-0", "100-0"];
         ids.sort_by_key(|id| stream_id_order(id));
         assert_eq!(ids, vec!["9-0", "9-1", "10-0", "100-0"]);
+    }
+
+    #[derive(Debug, PartialEq)]
+    struct Item(u32, Option<&'static str>);
+
+    impl Keyed for Item {
+        fn lane_key(&self) -> Option<&str> {
+            self.1
+        }
+    }
+
+    #[test]
+    fn one_lane_per_key_in_stream_order_and_one_per_unkeyed_item() {
+        let items = vec![
+            Item(1, Some("a")),
+            Item(2, None),
+            Item(3, Some("b")),
+            Item(4, Some("a")),
+            Item(5, None),
+            Item(6, Some("b")),
+            Item(7, Some("a")),
+        ];
+        let lanes = lanes(items);
+        let ids: Vec<Vec<u32>> = lanes
+            .iter()
+            .map(|l| l.iter().map(|i| i.0).collect())
+            .collect();
+        assert_eq!(ids, vec![vec![1, 4, 7], vec![2], vec![3, 6], vec![5]]);
+    }
+
+    #[test]
+    fn nothing_in_nothing_out() {
+        assert!(lanes(Vec::<Item>::new()).is_empty());
+    }
+
+    #[test]
+    fn every_item_once_and_each_key_in_one_lane_in_order() {
+        // A cheap exhaustive-ish check over patterns of 3 keys and unkeyed items.
+        let keys = [Some("a"), Some("b"), Some("c"), None];
+        for pattern in 0..4u32.pow(6) {
+            let items: Vec<Item> = (0..6)
+                .map(|i| Item(i, keys[(pattern / 4u32.pow(i) % 4) as usize]))
+                .collect();
+            let lanes = lanes(items);
+            let total: usize = lanes.iter().map(Vec::len).sum();
+            assert_eq!(total, 6);
+            for lane in &lanes {
+                assert!(lane.windows(2).all(|w| w[0].0 < w[1].0), "{lane:?}");
+                let key = lane[0].1;
+                assert!(lane.iter().all(|i| i.1 == key));
+                if key.is_none() {
+                    assert_eq!(lane.len(), 1);
+                }
+            }
+            let keyed: Vec<_> = lanes.iter().filter_map(|l| l[0].1).collect();
+            let mut dedup = keyed.clone();
+            dedup.sort();
+            dedup.dedup();
+            assert_eq!(keyed.len(), dedup.len(), "a key split over two lanes");
+        }
     }
 }

@@ -18,11 +18,11 @@
 //! | `config` | [`ConsumerConfig`], every setting with its default, validated |
 //! | `handler` | [`Handler`], [`BatchHandler`], [`Batches`], [`HandlerError`] |
 //! | `consumer` | [`Consumer`]: the loop (own pending entries first, then new ones), acks, claims |
-//! | `handling` | one batch: checks before a handler, lanes or whole batches, retry or dead stream |
+//! | `handling` | one batch: lanes by partition key (keys concurrently, one key in order), checks before a handler, whole batches, retry or dead stream |
 //! | `layer` | [`Layer`]: middleware around a handler; the library's own (panic catching, spans) are layers too |
-//! | `lanes` | splitting a batch by partition key: keys concurrently, one key in order |
 //! | `fleet` | dividing a partitioned topic's partitions among the group: membership, leases (the bookkeeping a pure function, `fleet::leases`), epochs |
-//! | `stream` | every Redis command the consumer sends |
+//! | `source` | the `Source` seam under the loop: read new, own pending, claim abandoned, take, keep, acknowledge, check ownership; `Group` on plain streams (plain commands), `Fenced` with the fleet's leases |
+//! | `stream` | the entries as held (types, grouping per stream and slot), setting up the streams and the group, read replies, dead letters |
 //! | `spans` | each handler call in a processing span (the `Traced` layer); with feature `otel`, a child of the entry's publish span |
 //! | `inbox` (feature `inbox`) | exactly-once effects: the effect and the `outbox_inbox` row in one transaction; every statement in `inbox::sql` (public with the `testing` feature only) |
 //!
@@ -74,7 +74,6 @@ mod handler;
 mod handling;
 #[cfg(feature = "inbox")]
 pub mod inbox;
-mod lanes;
 mod layer;
 mod source;
 mod spans;
