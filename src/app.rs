@@ -211,12 +211,15 @@ fn open_databases(settings: &Settings, url: &str) -> (db::Db, db::Db) {
         .pool_size
         .saturating_sub(db::pool::ADMIN_CONNECTIONS)
         .max(1);
-    let relay_db = db::pool::build(url, relay_size, session, Drivers::Caller);
+    // One log of connection failures for both pools (and the listener, through the relay's).
+    let log = db::pool::ConnectLog::default();
+    let relay_db = db::pool::build(url, relay_size, session, Drivers::Caller, &log);
     let admin_db = db::pool::build(
         url,
         db::pool::ADMIN_CONNECTIONS,
         session,
         Drivers::Dedicated,
+        &log,
     );
     (relay_db, admin_db)
 }

@@ -83,6 +83,7 @@ async fn replay(settings: &Settings, args: &crate::cli::ReplayArgs) -> anyhow::R
         2,
         app::db_session(settings),
         crate::db::pool::Drivers::Caller,
+        &crate::db::pool::ConnectLog::default(),
     );
     let publisher = app::open_publisher(settings, false)?;
     let replayed = Actions::new(&db, None)

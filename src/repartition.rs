@@ -16,7 +16,8 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 
 use crate::config::{ConfigError, GroupSpec, Settings};
-use crate::db::{self, pool::Drivers, topics};
+use crate::db::pool::{ConnectLog, Drivers};
+use crate::db::{self, topics};
 use crate::publish::Publisher;
 use outbox_core::keys;
 use outbox_core::partition::MAX_PARTITIONS;
@@ -43,7 +44,8 @@ pub async fn run(settings: &Settings, topic: &str, partitions: u32) -> anyhow::R
         .into());
     }
     let url = settings.database_url()?;
-    let db = db::pool::build(url, 2, crate::app::db_session(settings), Drivers::Caller);
+    let session = crate::app::db_session(settings);
+    let db = db::pool::build(url, 2, session, Drivers::Caller, &ConnectLog::default());
     let publisher = crate::app::open_publisher(settings, false)?;
     let (old, was_paused) = db
         .unit(async |c| topics::partitions_and_pause(c, topic).await)

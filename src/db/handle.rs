@@ -6,7 +6,7 @@
 
 use diesel_async::SimpleAsyncConnection;
 
-use super::pool::{Pool, PooledConn};
+use super::pool::{ConnectLog, Pool, PooledConn};
 use super::pooler::{self, Session, Work};
 use super::DbError;
 
@@ -15,6 +15,7 @@ use super::DbError;
 pub struct Db {
     pool: Pool,
     session: Session,
+    connect_log: ConnectLog,
 }
 
 /// A connection checked out of a [`Db`], for several units or transactions in a row (the claim
@@ -25,8 +26,17 @@ pub struct DbConn<'a> {
 }
 
 impl Db {
-    pub(super) fn new(pool: Pool, session: Session) -> Db {
-        Db { pool, session }
+    pub(super) fn new(pool: Pool, session: Session, connect_log: ConnectLog) -> Db {
+        Db {
+            pool,
+            session,
+            connect_log,
+        }
+    }
+
+    /// Where its connection failures are logged (shared with the process's other pools).
+    pub fn connect_log(&self) -> &ConnectLog {
+        &self.connect_log
     }
 
     /// The session its connections are in.

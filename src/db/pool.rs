@@ -8,8 +8,8 @@
 //! actors all run on the system arbiter, which outlives them: their pool drives its
 //! connections right there, which spares every statement two hand-offs between threads.
 
-use std::sync::OnceLock;
-use std::time::Duration;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use diesel::ConnectionError;
 use diesel_async::pooled_connection::bb8::PooledConnection;
@@ -78,6 +78,7 @@ pub async fn establish(
     url: &str,
     session: Session,
     drivers: Drivers,
+    log: &ConnectLog,
 ) -> Result<AsyncPgConnection, ConnectionError> {
     let url = url.to_string();
     let setup = session.setup_sql();
@@ -96,35 +97,42 @@ pub async fn establish(
             .map_err(|e| ConnectionError::BadConnection(format!("connection task failed: {e}")))?,
     };
     if let Err(error) = &opened {
-        report_failure(error);
+        log.report(error);
     }
     opened
 }
 
-/// Logs why connecting failed (a refused certificate, a wrong password): once per reason and
-/// minute, since the pool retries without end and its own error only says it timed out.
-fn report_failure(error: &ConnectionError) {
-    static LAST: std::sync::Mutex<Option<(String, std::time::Instant)>> =
-        std::sync::Mutex::new(None);
-    let reason = error.to_string();
-    let mut last = LAST.lock().unwrap_or_else(|p| p.into_inner());
-    let repeat = last
-        .as_ref()
-        .is_some_and(|(said, at)| *said == reason && at.elapsed() < Duration::from_secs(60));
-    if !repeat {
-        tracing::warn!("cannot connect to postgres: {reason}");
-        *last = Some((reason, std::time::Instant::now()));
+/// Why connecting to Postgres failed (a refused certificate, a wrong password), logged once
+/// per reason and minute: the pools retry without end and their own error only says they
+/// timed out. One log is shared by every pool and the listener of a process, so a reason is
+/// said once however many of them meet it.
+#[derive(Debug, Clone, Default)]
+pub struct ConnectLog(Arc<Mutex<Option<(String, Instant)>>>);
+
+impl ConnectLog {
+    fn report(&self, error: &ConnectionError) {
+        let reason = error.to_string();
+        let mut last = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let repeat = last
+            .as_ref()
+            .is_some_and(|(said, at)| *said == reason && at.elapsed() < Duration::from_secs(60));
+        if !repeat {
+            tracing::warn!("cannot connect to postgres: {reason}");
+            *last = Some((reason, Instant::now()));
+        }
     }
 }
 
 /// Builds the pool without connecting, as the [`Db`] handle of its `session`: the relay
 /// starts (and reports not-ready) while Postgres is away, and connects once it is back.
-pub fn build(url: &str, size: u32, session: Session, drivers: Drivers) -> Db {
+pub fn build(url: &str, size: u32, session: Session, drivers: Drivers, log: &ConnectLog) -> Db {
+    let connect_log = log.clone();
     let mut config = ManagerConfig::<AsyncPgConnection>::default();
     config.recycling_method = RecyclingMethod::Fast;
     config.custom_setup = Box::new(move |url| {
         let url = url.to_string();
-        async move { establish(&url, session, drivers).await }.boxed()
+        let log = connect_log.clone();
+        async move { establish(&url, session, drivers, &log).await }.boxed()
     });
     let manager = AsyncDieselConnectionManager::new_with_config(url, config);
     let pool = bb8::Pool::builder()
@@ -132,5 +140,5 @@ pub fn build(url: &str, size: u32, session: Session, drivers: Drivers) -> Db {
         .connection_timeout(Duration::from_secs(3))
         .test_on_check_out(false)
         .build_unchecked(manager);
-    Db::new(pool, session)
+    Db::new(pool, session, log.clone())
 }

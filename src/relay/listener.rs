@@ -10,7 +10,7 @@ use diesel_async::SimpleAsyncConnection;
 use futures::StreamExt;
 
 use super::messages::Wake;
-use crate::db::pool::{establish, Drivers};
+use crate::db::pool::{establish, ConnectLog, Drivers};
 use crate::db::DbError;
 use crate::db::Session;
 use crate::telemetry::ActorName;
@@ -22,24 +22,31 @@ pub const CHANNEL: &str = "outbox_events";
 pub struct Listener {
     url: String,
     session: Session,
+    log: ConnectLog,
     claimer: Recipient<Wake>,
     failures: u32,
 }
 
 impl Listener {
     /// A listener for `url` that wakes `claimer`.
-    pub fn new(url: String, session: Session, claimer: Recipient<Wake>) -> Self {
+    pub fn new(url: String, session: Session, log: ConnectLog, claimer: Recipient<Wake>) -> Self {
         Listener {
             url,
             session,
+            log,
             claimer,
             failures: 0,
         }
     }
 }
 
-async fn listen(url: String, session: Session, claimer: Recipient<Wake>) -> DbError {
-    let mut conn = match establish(&url, session, Drivers::Caller).await {
+async fn listen(
+    url: String,
+    session: Session,
+    log: ConnectLog,
+    claimer: Recipient<Wake>,
+) -> DbError {
+    let mut conn = match establish(&url, session, Drivers::Caller, &log).await {
         Ok(conn) => conn,
         Err(e) => return DbError::Connect(e),
     };
@@ -63,7 +70,12 @@ impl Actor for Listener {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
-        let run = listen(self.url.clone(), self.session, self.claimer.clone());
+        let run = listen(
+            self.url.clone(),
+            self.session,
+            self.log.clone(),
+            self.claimer.clone(),
+        );
         let run = super::supervision::catching(ActorName::Listener, run);
         ctx.spawn(run.into_actor(self).map(|result, act, ctx| {
             let Ok(error) = result else {

@@ -168,9 +168,10 @@ fn start_claiming(
     watched.add(ActorName::Claimer, &claimer);
     if !settings.poll_only() {
         let session = wiring.db.session();
+        let log = wiring.db.connect_log().clone();
         let url = wiring.database_url.to_string();
         let wake = claimer.clone().recipient();
-        let listener = Supervisor::start(move |_| Listener::new(url, session, wake));
+        let listener = Supervisor::start(move |_| Listener::new(url, session, log, wake));
         watched.add(ActorName::Listener, &listener);
     }
     claimer
