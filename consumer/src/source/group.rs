@@ -59,36 +59,6 @@ impl Source for Group {
         }
         wait_and_read(conn, config, streams).await
     }
-
-    async fn claim_abandoned(
-        &self,
-        conn: &mut RedisConn,
-        config: &ConsumerConfig,
-        stream: &str,
-    ) -> RedisResult<usize> {
-        claim_abandoned(conn, config, stream).await
-    }
-
-    async fn take(
-        &self,
-        conn: &mut RedisConn,
-        config: &ConsumerConfig,
-        stream: &str,
-        id: &str,
-        deliveries: u64,
-    ) -> RedisResult<bool> {
-        take(conn, config, stream, id, deliveries).await
-    }
-
-    async fn keep_in_hand(
-        &self,
-        conn: &mut RedisConn,
-        config: &ConsumerConfig,
-        refs: &[EntryRef],
-        min_idle: Duration,
-    ) -> RedisResult<()> {
-        keep_in_hand(conn, config, by_stream(refs), min_idle).await
-    }
 }
 
 /// In one round trip per hash slot: the acknowledgements, whether this consumer still has

@@ -19,7 +19,7 @@ use redis::RedisResult;
 use outbox_core::{Lease, RedisConn};
 
 use crate::config::ConsumerConfig;
-use crate::stream::{EntryRef, RawEntry};
+use crate::stream::{by_stream, EntryRef, RawEntry};
 
 mod fleet;
 mod group;
@@ -62,7 +62,8 @@ pub(crate) struct Rebalanced {
     pub(crate) taken: Vec<Arc<str>>,
 }
 
-/// The loop's view of the group: see the module docs.
+/// The loop's view of the group: see the module docs. What needs no fence is done as a plain
+/// group does it (the provided methods, [`Group`]'s commands).
 pub(crate) trait Source: Sync {
     /// Whether this source fences partitions (the loop switches source when the topics'
     /// partitioning no longer matches).
@@ -128,7 +129,9 @@ pub(crate) trait Source: Sync {
         conn: &mut RedisConn,
         config: &ConsumerConfig,
         stream: &str,
-    ) -> RedisResult<usize>;
+    ) -> RedisResult<usize> {
+        group::claim_abandoned(conn, config, stream).await
+    }
 
     /// Takes pending entry `id` for its delivery number `deliveries`: false when it is no
     /// longer this consumer's.
@@ -139,7 +142,9 @@ pub(crate) trait Source: Sync {
         stream: &str,
         id: &str,
         deliveries: u64,
-    ) -> RedisResult<bool>;
+    ) -> RedisResult<bool> {
+        group::take(conn, config, stream, id, deliveries).await
+    }
 
     /// Restarts the idle time of the entries in hand (idle at least `min_idle`), so that no
     /// other consumer claims them while a slow handler runs.
@@ -149,7 +154,9 @@ pub(crate) trait Source: Sync {
         config: &ConsumerConfig,
         refs: &[EntryRef],
         min_idle: Duration,
-    ) -> RedisResult<()>;
+    ) -> RedisResult<()> {
+        group::keep_in_hand(conn, config, by_stream(refs), min_idle).await
+    }
 
     /// Acknowledges `refs`.
     async fn ack(
