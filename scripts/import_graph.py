@@ -31,7 +31,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SRC = os.path.join(ROOT, "src")
 # The base modules, and `pgurl`, the leaf that config checks a Postgres URL with and db
 # connects with.
-LAYERS = ("config", "db", "publish", "telemetry", "pgurl")
+LAYERS = ("config", "db", "publish", "telemetry", "pgurl", "adopt")
 
 
 def top_modules():

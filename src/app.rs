@@ -20,8 +20,20 @@ const DRAIN_DEADLINE: Duration = Duration::from_secs(5);
 /// `outbox-relay migrate`.
 pub async fn migrate(settings: &Settings) -> anyhow::Result<()> {
     let url = settings.database_url()?;
-    let applied = db::migrate::run_pending(url).await?;
-    tracing::info!(applied, "migrations up to date");
+    let migrated = db::migrate::prepare(url, Some(&settings.tables)).await?;
+    for table in &migrated.tables.adopted {
+        tracing::info!(
+            table,
+            "adopted table prepared: rows inserted from now on are published"
+        );
+    }
+    for table in &migrated.tables.released {
+        tracing::info!(
+            table,
+            "adopted table released: its rows are no longer published"
+        );
+    }
+    tracing::info!(applied = migrated.applied, "migrations up to date");
     Ok(())
 }
 
@@ -59,15 +71,16 @@ pub async fn run_until(
     // relay, which publishes by the recorded counts meanwhile.
     let first = tokio::time::timeout(
         Duration::from_secs(2),
-        check_partitions(&admin_db, &configured),
+        check_recorded(&admin_db, &configured, &settings.tables),
     )
     .await;
     let check_db = admin_db.clone();
+    let tables = settings.tables.clone();
     let partitions = async move {
         match first {
             Ok(Ok(None)) => std::future::pending().await,
             Ok(Ok(Some(refused))) => refused,
-            Ok(Err(_)) | Err(_) => partition_check(check_db, configured).await,
+            Ok(Err(_)) | Err(_) => recorded_check(check_db, configured, tables).await,
         }
     };
     let mut partitions = std::pin::pin!(partitions);
@@ -146,10 +159,20 @@ pub async fn run_until(
 /// Records the configured partition counts of new topics and compares the others with the
 /// recorded ones: the refusal of a count that differs (the relay would split a topic's keys
 /// differently from the streams its consumers read), if any.
-async fn check_partitions(
+async fn check_recorded(
     db: &db::Db,
     configured: &HashMap<String, u32>,
+    tables: &[crate::config::TableSpec],
 ) -> Result<Option<ConfigError>, db::DbError> {
+    let drift = db
+        .unit(async |c| db::adopted::drift(c, tables).await)
+        .await?;
+    if let Some(message) = drift {
+        return Ok(Some(ConfigError {
+            setting: "tables".into(),
+            message,
+        }));
+    }
     let mismatches = db
         .unit(async |c| db::topics::record_partitions(c, configured).await)
         .await?;
@@ -163,11 +186,15 @@ async fn check_partitions(
     }))
 }
 
-/// [`check_partitions`], retried while Postgres does not answer; resolves only with a refusal.
-async fn partition_check(db: db::Db, configured: HashMap<String, u32>) -> ConfigError {
+/// [`check_recorded`], retried while Postgres does not answer; resolves only with a refusal.
+async fn recorded_check(
+    db: db::Db,
+    configured: HashMap<String, u32>,
+    tables: Vec<crate::config::TableSpec>,
+) -> ConfigError {
     let mut failures = 0u32;
     loop {
-        match check_partitions(&db, &configured).await {
+        match check_recorded(&db, &configured, &tables).await {
             Ok(Some(refused)) => return refused,
             Ok(None) => return std::future::pending().await,
             Err(e) => {

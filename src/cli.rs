@@ -95,8 +95,8 @@ pub struct TailArgs {
 /// Flags every command takes. They override the file and the environment.
 #[derive(Debug, Args, Clone, Default)]
 pub struct CommonArgs {
-    /// TOML configuration file.
-    #[arg(long, value_name = "FILE")]
+    /// TOML configuration file (also `OUTBOX_CONFIG`).
+    #[arg(long, value_name = "FILE", env = "OUTBOX_CONFIG")]
     pub config: Option<PathBuf>,
     /// Postgres URL (database.url).
     #[arg(long, value_name = "URL")]

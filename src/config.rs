@@ -25,6 +25,7 @@ mod rules;
 mod secrets;
 mod settings;
 pub mod show;
+pub mod tables;
 pub mod topics;
 
 pub use admin::AdminSettings;
@@ -37,6 +38,7 @@ pub use relay::RelaySettings;
 pub use retention::RetentionSettings;
 pub use retry::RetrySettings;
 pub use settings::Settings;
+pub use tables::TableSpec;
 pub use topics::TopicSpec;
 
 /// A bad setting: the program prints it as one line and exits with status 2.

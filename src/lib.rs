@@ -5,6 +5,8 @@
 //! - [`commands`]: what each command needs and runs.
 //! - [`app`]: wiring of pools, actors, admin server, signals, graceful shutdown.
 //! - [`db`]: the pool, embedded migrations, and all SQL, one module per table.
+//! - [`adopt`]: an adopted table's `[[tables]]` entry (an existing outbox table the relay
+//!   publishes from), which `config` reads and `db::adopted` prepares.
 //! - [`pgurl`]: a `DATABASE_URL` as libpq reads it (TLS parameters checked), which `config`
 //!   checks and `db` connects with.
 //! - [`relay`]: the supervised actors: claimer, dispatchers, retry scheduler, cleaner,
@@ -24,6 +26,7 @@
 //! (local Redis Cluster, test CA: `outbox-testkit`, `testkit/`) are crates of their own.
 
 pub mod admin;
+pub mod adopt;
 pub mod app;
 pub mod cli;
 pub mod commands;
@@ -82,11 +85,12 @@ mod tests {
     }
 
     /// config and db are leaves (docs/development.md, "Layers"): what they share with the
-    /// rest is in `outbox_core` or in `pgurl`, and conversions are in `app`.
+    /// rest is in `outbox_core`, `pgurl` or `adopt`, and conversions are in `app`.
     #[test]
     fn the_base_modules_are_leaves() {
-        assert_eq!(imports("config"), ["pgurl"]);
-        assert_eq!(imports("db"), ["pgurl"]);
+        assert_eq!(imports("config"), ["adopt", "pgurl"]);
+        assert_eq!(imports("db"), ["adopt", "pgurl"]);
         assert!(imports("pgurl").is_empty());
+        assert!(imports("adopt").is_empty());
     }
 }

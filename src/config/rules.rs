@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use super::{admin, database, groups, redis, relay, retention, retry, settings, topics};
+use super::{admin, database, groups, redis, relay, retention, retry, settings, tables, topics};
 use super::{ConfigError, Settings};
 
 /// One rule: the settings it reads (the first is named unless the user set only another) and
@@ -22,6 +22,7 @@ pub(super) struct Rule {
 const SECTIONS: &[&[Rule]] = &[
     groups::RULES,
     topics::RULES,
+    tables::RULES,
     database::RULES,
     redis::RULES,
     admin::RULES,

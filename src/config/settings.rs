@@ -15,6 +15,7 @@ use super::relay::RelaySettings;
 use super::retention::RetentionSettings;
 use super::retry::RetrySettings;
 use super::rules::Rule;
+use super::tables::TableSpec;
 use super::topics::{self, TopicSpec};
 
 /// All settings. Every field maps to a TOML path and to `OUTBOX__SECTION__KEY`.
@@ -45,6 +46,8 @@ pub struct Settings {
     /// one.
     #[serde(deserialize_with = "topics::deserialize")]
     pub topics: Vec<TopicSpec>,
+    /// Existing outbox tables the relay publishes from besides its own (TOML `[[tables]]`).
+    pub tables: Vec<TableSpec>,
 }
 
 impl Settings {

@@ -7,6 +7,9 @@ use diesel_async::async_connection_wrapper::AsyncConnectionWrapper;
 use diesel_async::AsyncPgConnection;
 use diesel_migrations::{embed_migrations, EmbeddedMigrations, MigrationHarness};
 
+use super::adopted::Synced;
+use crate::adopt::TableSpec;
+
 /// The `migrations/` folder, compiled into the binary.
 pub const MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations");
 
@@ -28,6 +31,9 @@ pub enum MigrateError {
     /// A migration failed.
     #[error("migration failed: {0}")]
     Migration(String),
+    /// An adopted table could not be prepared or released.
+    #[error(transparent)]
+    Adopt(#[from] super::adopted::AdoptError),
     /// The migration thread died.
     #[error("migration thread failed")]
     Thread,
@@ -37,15 +43,31 @@ pub enum MigrateError {
 /// migration harness is synchronous and `AsyncMigrationHarness` panics on actix's
 /// single-threaded runtime.
 pub async fn run_pending(url: &str) -> Result<usize, MigrateError> {
+    Ok(prepare(url, None).await?.applied)
+}
+
+/// What `migrate` did.
+#[derive(Debug, Default)]
+pub struct Migrated {
+    /// Migrations applied.
+    pub applied: usize,
+    /// Adopted tables prepared and released.
+    pub tables: Synced,
+}
+
+/// Applies pending migrations and, with `tables`, makes the adopted tables match them
+/// ([`super::adopted::sync`]), all in one transaction.
+pub async fn prepare(url: &str, tables: Option<&[TableSpec]>) -> Result<Migrated, MigrateError> {
     let url = url.to_string();
+    let tables = tables.map(<[TableSpec]>::to_vec);
     let (tx, rx) = tokio::sync::oneshot::channel();
     std::thread::spawn(move || {
-        let _ = tx.send(run_blocking(&url));
+        let _ = tx.send(run_blocking(&url, tables.as_deref()));
     });
     rx.await.map_err(|_| MigrateError::Thread)?
 }
 
-fn run_blocking(url: &str) -> Result<usize, MigrateError> {
+fn run_blocking(url: &str, tables: Option<&[TableSpec]>) -> Result<Migrated, MigrateError> {
     // The connection's task runs on this runtime's worker while the synchronous harness
     // waits for each statement.
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -64,9 +86,15 @@ fn run_blocking(url: &str) -> Result<usize, MigrateError> {
     let applied = conn.transaction::<_, MigrateError, _>(|c| {
         c.batch_execute(&format!("SELECT pg_advisory_xact_lock({MIGRATION_LOCK})"))
             .map_err(MigrateError::Lock)?;
-        c.run_pending_migrations(MIGRATIONS)
+        let applied = c
+            .run_pending_migrations(MIGRATIONS)
             .map(|applied| applied.len())
-            .map_err(|e| MigrateError::Migration(e.to_string()))
+            .map_err(|e| MigrateError::Migration(e.to_string()))?;
+        let tables = match tables {
+            Some(tables) => super::adopted::sync(c, tables)?,
+            None => Synced::default(),
+        };
+        Ok(Migrated { applied, tables })
     });
     drop(conn);
     drop(runtime);

@@ -3,6 +3,7 @@
 //! Raw SQL lives only here. Each function is named for what its statement does, so the relay
 //! reads as `claim_heads`, `mark_published`, `schedule_retry`, `delete_published_before`.
 
+pub mod adopted;
 pub mod audit;
 pub mod handle;
 pub mod idempotency;

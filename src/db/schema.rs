@@ -16,6 +16,16 @@ diesel::table! {
         last_error -> Nullable<Text>,
         dead_at -> Nullable<Timestamptz>,
         discarded_at -> Nullable<Timestamptz>,
+        source_table -> Nullable<Text>,
+    }
+}
+
+diesel::table! {
+    outbox_adopted_tables (name) {
+        name -> Text,
+        spec -> Jsonb,
+        function_name -> Text,
+        adopted_at -> Timestamptz,
     }
 }
 
@@ -78,6 +88,7 @@ diesel::table! {
 
 diesel::allow_tables_to_appear_in_same_query!(
     outbox,
+    outbox_adopted_tables,
     outbox_audit,
     outbox_idempotency,
     outbox_inbox,

@@ -85,6 +85,13 @@ impl RelayProc {
         }
     }
 
+    /// [`RelayProc::spawn`] with the TOML configuration file at `config` (`OUTBOX_CONFIG`).
+    pub fn spawn_with_config(name: &str, env: &[(String, String)], config: &str) -> RelayProc {
+        let mut env = env.to_vec();
+        env.push(("OUTBOX_CONFIG".into(), config.into()));
+        RelayProc::spawn(name, &env)
+    }
+
     /// Its admin server's port, as it logged once bound; waits for that line (panics, with the
     /// log, when it does not come).
     pub fn admin_port(&self) -> u16 {

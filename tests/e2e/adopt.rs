@@ -1,0 +1,307 @@
+//! Adopted tables (contract section 12): an existing outbox table, Debezium's layout or a
+//! team's own, published by the relay with every row a committing transaction inserted (also
+//! rows it deleted again), nothing from before `migrate`, nothing rolled back; bad rows refused
+//! naming the column; `run` refused while the settings and what `migrate` prepared differ.
+
+use std::collections::{HashMap, HashSet};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use diesel_async::SimpleAsyncConnection;
+
+use crate::support::*;
+
+/// Debezium's outbox table, as its documentation creates it.
+const DEBEZIUM_TABLE: &str = "CREATE TABLE outboxevent (
+    id uuid PRIMARY KEY,
+    aggregatetype varchar(255) NOT NULL,
+    aggregateid varchar(255) NOT NULL,
+    type varchar(255) NOT NULL,
+    payload jsonb
+)";
+
+/// The `[[tables]]` entry of that table, routed as Debezium's router does by default.
+const DEBEZIUM_ENTRY: &str = r#"
+[[tables]]
+name = "public.outboxevent"
+id = "id"
+topic = "aggregatetype"
+topic_format = "outbox.event.{}"
+key = "aggregateid"
+payload = "payload"
+headers = { type = "type" }
+"#;
+
+/// A configuration file holding `toml`, kept as long as the returned directory.
+fn config_file(toml: &str) -> (tempfile::TempDir, String) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("relay.toml");
+    std::fs::write(&path, toml).expect("write config");
+    let path = path.to_string_lossy().into_owned();
+    (dir, path)
+}
+
+/// `outbox-relay <command>` with `env` and the configuration at `config`, to its end.
+fn relay_command(command: &str, config: &str, env: &[(String, String)]) -> Output {
+    Command::new(BIN)
+        .arg(command)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").expect("PATH"))
+        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .env("OUTBOX_CONFIG", config)
+        .env("OUTBOX__ADMIN__ADDR", "127.0.0.1:0")
+        .output()
+        .expect("run outbox-relay")
+}
+
+/// `migrate` with `config`, which must succeed.
+fn migrate(config: &str, env: &[(String, String)]) {
+    let out = relay_command("migrate", config, env);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "migrate: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `run` with `config`, which must exit 2 with one line containing each of `words`.
+fn run_refused(config: &str, env: &[(String, String)], words: &[&str]) {
+    let out = relay_command("run", config, env);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "run: {stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
+    for word in words {
+        assert!(stderr.contains(word), "names {word}: {stderr}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_debezium_table_is_published_row_by_row_with_rows_deleted_by_their_own_transaction() {
+    let db = TestDb::new().await;
+    let redis = TestRedis::shared();
+    let env = base_env(&db, &redis);
+    db.exec(DEBEZIUM_TABLE).await;
+    // Rows from before the adoption are not published.
+    db.exec(
+        "INSERT INTO outboxevent SELECT gen_random_uuid(), 'order', 'o1', 'Old', '{\"old\": true}'
+         FROM generate_series(1, 5)",
+    )
+    .await;
+    let (_dir, config) = config_file(DEBEZIUM_ENTRY);
+    migrate(&config, &env);
+
+    // Producers: each row's payload carries its place in its key's order (`n`).
+    let mut conn = db.conn().await;
+    let mut committed: Vec<(String, String, String, u32)> = Vec::new(); // (type, key, id, n)
+    let mut next_n: HashMap<String, u32> = HashMap::new();
+    let mut row = |aggregate: &str, key: &str| {
+        let n = next_n.entry(format!("{aggregate}/{key}")).or_insert(0);
+        *n += 1;
+        let id = uuid::Uuid::new_v4().to_string();
+        let values = format!(
+            "('{id}', '{aggregate}', '{key}', '{aggregate}Changed', '{{\"n\": {n}, \"key\": \"{key}\"}}')"
+        );
+        (id, *n, values)
+    };
+    for round in 0..20 {
+        let mut values = Vec::new();
+        let mut rows = Vec::new();
+        for k in 0..4 {
+            let aggregate = if k % 2 == 0 { "order" } else { "customer" };
+            let key = format!("{aggregate}-{}", (round + k) % 3);
+            let (id, n, v) = row(aggregate, &key);
+            values.push(v);
+            rows.push((aggregate.to_string(), key, id, n));
+        }
+        let insert = format!("INSERT INTO outboxevent VALUES {}", values.join(", "));
+        if round % 2 == 0 {
+            // A plain multi-row insert: the rows stay in the table.
+            conn.batch_execute(&insert).await.expect("insert");
+        } else {
+            // Debezium's pattern: insert and delete in one transaction, the table stays empty.
+            let ids: Vec<String> = rows.iter().map(|r| format!("'{}'", r.2)).collect();
+            conn.batch_execute(&format!(
+                "BEGIN; {insert}; DELETE FROM outboxevent WHERE id IN ({}); COMMIT;",
+                ids.join(", ")
+            ))
+            .await
+            .expect("insert then delete");
+        }
+        committed.extend(rows);
+    }
+    // A rolled-back transaction publishes nothing.
+    let mut rolled_back = Vec::new();
+    for _ in 0..3 {
+        let (id, _, v) = row("order", "rolled-back");
+        conn.batch_execute(&format!(
+            "BEGIN; INSERT INTO outboxevent VALUES {v}; ROLLBACK;"
+        ))
+        .await
+        .expect("rolled back");
+        rolled_back.push(id);
+    }
+
+    let relay = RelayProc::spawn_with_config("r1", &env, &config);
+    db.wait_until_published(Duration::from_secs(60)).await;
+    assert_eq!(
+        db.scalar("SELECT count(*) FROM outboxevent").await,
+        5 + 40,
+        "the table's own rows are untouched"
+    );
+    assert_eq!(
+        db.scalar("SELECT count(*) FROM outbox WHERE source_table = 'public.outboxevent'")
+            .await,
+        80,
+        "each committed insert copied once, with the table it came from"
+    );
+    let mut seen = HashSet::new();
+    let mut last_n: HashMap<String, u32> = HashMap::new();
+    for aggregate in ["order", "customer"] {
+        let topic = format!("outbox.event.{aggregate}");
+        for entry in redis.entries(&topic).await {
+            let id = entry["id"].clone();
+            assert!(seen.insert(id.clone()), "{id} published twice");
+            let expected = committed
+                .iter()
+                .find(|c| c.2 == id)
+                .unwrap_or_else(|| panic!("{id} was never committed"));
+            assert_eq!(entry["topic"], topic);
+            assert_eq!(entry.get("key"), Some(&expected.1));
+            let headers: serde_json::Value =
+                serde_json::from_str(&entry["headers"]).expect("headers are JSON");
+            assert_eq!(headers["type"], format!("{aggregate}Changed"));
+            let payload: serde_json::Value =
+                serde_json::from_str(&entry["payload"]).expect("payload is JSON");
+            assert_eq!(payload["n"], expected.3, "payload as written");
+            let last = last_n.insert(expected.1.clone(), expected.3).unwrap_or(0);
+            assert!(expected.3 > last, "key {} out of order", expected.1);
+        }
+    }
+    assert_eq!(seen.len(), committed.len(), "every committed row published");
+    assert!(rolled_back.iter().all(|id| !seen.contains(id)));
+    drop(relay);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_bigint_id_and_a_text_payload_get_a_stable_id_and_their_json() {
+    let db = TestDb::new().await;
+    let redis = TestRedis::shared();
+    let env = base_env(&db, &redis);
+    db.exec("CREATE TABLE events (id bigserial PRIMARY KEY, kind text NOT NULL, body text)")
+        .await;
+    let (_dir, config) = config_file(
+        r#"
+[[tables]]
+name = "events"
+id = "id"
+topic = "kind"
+payload = "body"
+"#,
+    );
+    migrate(&config, &env);
+    db.exec(
+        "INSERT INTO events (kind, body) VALUES ('note', '{\"a\": 1}'), ('note', 'hello'), ('note', '12')",
+    )
+    .await;
+    let relay = RelayProc::spawn_with_config("r1", &env, &config);
+    db.wait_published("note", 3, Duration::from_secs(30)).await;
+    let entries = redis.entries("note").await;
+    let payloads: Vec<&str> = entries.iter().map(|e| e["payload"].as_str()).collect();
+    assert_eq!(payloads, [r#"{"a": 1}"#, r#""hello""#, "12"]);
+    for (n, entry) in entries.iter().enumerate() {
+        let expected = db
+            .text(&format!(
+                "outbox_derived_uuid('public.events', '{}')",
+                n + 1
+            ))
+            .await;
+        assert_eq!(
+            entry["id"], expected,
+            "the id is derived from table and value"
+        );
+    }
+    // The same value always gives the same id, and another table another one.
+    assert_eq!(
+        db.text("outbox_derived_uuid('public.events', '1')").await,
+        entries[0]["id"]
+    );
+    assert_ne!(
+        db.text("outbox_derived_uuid('public.other', '1')").await,
+        entries[0]["id"]
+    );
+    drop(relay);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_inserts_fail_the_producer_naming_the_column_and_write_nothing() {
+    let db = TestDb::new().await;
+    let redis = TestRedis::shared();
+    let env = base_env(&db, &redis);
+    db.exec(DEBEZIUM_TABLE).await;
+    let (_dir, config) = config_file(DEBEZIUM_ENTRY);
+    migrate(&config, &env);
+    let mut conn = db.conn().await;
+    let cases = [
+        (
+            "INSERT INTO outboxevent VALUES (gen_random_uuid(), 'order', 'o1', 'T', NULL)",
+            "payload",
+        ),
+        (
+            "INSERT INTO outboxevent VALUES (gen_random_uuid(), 'order', 'o1', 'T', '{}'), \
+             (gen_random_uuid(), 'bad topic', 'o1', 'T', '{}')",
+            "aggregatetype",
+        ),
+    ];
+    for (sql, column) in cases {
+        let error = conn
+            .batch_execute(sql)
+            .await
+            .expect_err("the insert is refused")
+            .to_string();
+        assert!(error.contains(column), "names {column}: {error}");
+        assert!(error.contains("outboxevent"), "names the table: {error}");
+    }
+    assert_eq!(db.scalar("SELECT count(*) FROM outboxevent").await, 0);
+    assert_eq!(db.scalar("SELECT count(*) FROM outbox").await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn run_refuses_settings_that_migrate_did_not_prepare_and_a_released_table_stops_publishing() {
+    let db = TestDb::new().await;
+    let redis = TestRedis::shared();
+    let env = base_env(&db, &redis);
+    db.exec(DEBEZIUM_TABLE).await;
+    let (_dir, adopted) = config_file(DEBEZIUM_ENTRY);
+    run_refused(
+        &adopted,
+        &env,
+        &["public.outboxevent", "outbox-relay migrate"],
+    );
+    migrate(&adopted, &env);
+    // Another mapping for the same table is drift too.
+    let (_dir2, changed) = config_file(&DEBEZIUM_ENTRY.replace("outbox.event.{}", "ev.{}"));
+    run_refused(
+        &changed,
+        &env,
+        &["public.outboxevent", "outbox-relay migrate"],
+    );
+    // Dropped from the settings: refused until `migrate` releases it.
+    let (_dir3, none) = config_file("");
+    run_refused(&none, &env, &["public.outboxevent", "outbox-relay migrate"]);
+    migrate(&none, &env);
+    db.exec("INSERT INTO outboxevent VALUES (gen_random_uuid(), 'order', 'o1', 'T', '{}')")
+        .await;
+    assert_eq!(db.scalar("SELECT count(*) FROM outbox").await, 0);
+    assert_eq!(
+        db.scalar("SELECT count(*) FROM pg_trigger WHERE tgname = 'outbox_relay_adopt'")
+            .await,
+        0
+    );
+    assert_eq!(
+        db.scalar("SELECT count(*) FROM pg_proc WHERE proname LIKE 'outbox_adopt_%'")
+            .await,
+        0
+    );
+    assert_eq!(db.scalar("SELECT count(*) FROM outboxevent").await, 1);
+}
