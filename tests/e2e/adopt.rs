@@ -32,6 +32,9 @@ payload = "payload"
 headers = { type = "type" }
 "#;
 
+/// The admin token of the relay whose pages are read.
+const ADMIN: &str = "adopt-admin-token-0123456789";
+
 /// A configuration file holding `toml`, kept as long as the returned directory.
 fn config_file(toml: &str) -> (tempfile::TempDir, String) {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -142,6 +145,8 @@ async fn a_debezium_table_is_published_row_by_row_with_rows_deleted_by_their_own
         rolled_back.push(id);
     }
 
+    let mut env = env;
+    env.push(("OUTBOX__ADMIN__TOKEN".into(), ADMIN.into()));
     let relay = RelayProc::spawn_with_config("r1", &env, &config);
     db.wait_until_published(Duration::from_secs(60)).await;
     assert_eq!(
@@ -180,6 +185,26 @@ async fn a_debezium_table_is_published_row_by_row_with_rows_deleted_by_their_own
     }
     assert_eq!(seen.len(), committed.len(), "every committed row published");
     assert!(rolled_back.iter().all(|id| !seen.contains(id)));
+    // The admin shows where each came from, in the API and on the event's page.
+    let deleted_again = &committed[4].2;
+    let admin = relay.http().bearer(ADMIN);
+    let api = admin.get(&format!("/api/v1/events/{deleted_again}"));
+    assert_eq!(
+        api.json["source_table"], "public.outboxevent",
+        "{}",
+        api.body
+    );
+    assert_eq!(api.json["status"], "published");
+    let login = relay
+        .http()
+        .post_form("/login", &form(&[("token", ADMIN), ("next", "/")]));
+    assert_eq!(login.status, 303, "login: {}", login.body);
+    let session = relay
+        .http()
+        .cookie(&login.session_cookie().expect("a session cookie"));
+    let page = session.get(&format!("/events/{deleted_again}"));
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(page.body.contains("public.outboxevent"), "{}", page.body);
     drop(relay);
 }
 

@@ -49,6 +49,9 @@ pub struct EventView {
     pub dead_at: Option<DateTime<Utc>>,
     /// When an operator discarded it.
     pub discarded_at: Option<DateTime<Utc>>,
+    /// The adopted table (`[[tables]]`) the producer wrote it to, schema-qualified; null when
+    /// it was written to `outbox` itself.
+    pub source_table: Option<String>,
     /// `pending`, `published`, `dead` or `discarded`.
     pub status: StatusParam,
 }
@@ -77,6 +80,7 @@ impl From<EventRow> for EventView {
             last_error: r.last_error,
             dead_at: r.dead_at,
             discarded_at: r.discarded_at,
+            source_table: r.source_table,
             status,
         }
     }

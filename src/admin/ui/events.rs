@@ -77,7 +77,7 @@ pub fn table(rows: &[EventRow], current: Option<Uuid>, empty: &str) -> Markup {
                     @for e in rows {
                         tr class=[(Some(e.id) == current).then_some("current")] {
                             td.id { a.mono href={ "/events/" (e.id) } title=(e.id) { (e.id.to_string()[..8]) "…" } }
-                            td { (e.topic) }
+                            td { (e.topic) @if let Some(t) = &e.source_table { br; small.muted.source { "from " (t) } } }
                             td { @if let Some(k) = &e.partition_key { code { (k) } } @else { span.muted { "–" } } }
                             td { (pill(e)) }
                             td.num { (e.attempts) }
@@ -212,6 +212,7 @@ pub async fn detail(
                 dt { "Id" } dd { code #event-id { (e.id) } }
                 dt { "Topic" } dd { a href={ "/events?topic=" (layout::enc(&e.topic)) } { (e.topic) } }
                 dt { "Partition key" } dd { @if let Some(k) = &e.partition_key { code { (k) } } @else { span.muted { "none (unordered)" } } }
+                dt { "Written to" } dd #source-table { code { (e.source_table.as_deref().unwrap_or("outbox")) } }
                 dt { "Attempts" } dd { (e.attempts) }
                 dt { "Last error" } dd.error #last-error { (e.last_error.as_deref().unwrap_or("–")) }
                 dt { "Created" } dd { (layout::time(&e.created_at)) }

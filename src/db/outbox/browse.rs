@@ -56,12 +56,15 @@ pub struct EventRow {
     /// When an operator discarded it (never retried, deleted by retention).
     #[diesel(sql_type = Nullable<Timestamptz>)]
     pub discarded_at: Option<DateTime<Utc>>,
+    /// The adopted table the producer wrote it to; `None`: written to `outbox` itself.
+    #[diesel(sql_type = Nullable<Text>)]
+    pub source_table: Option<String>,
 }
 
 /// The columns of an [`EventRow`].
 pub(super) const EVENT_COLUMNS: &str =
     "id, seq, topic, partition_key, payload::text AS payload, headers::text AS headers, created_at, \
-     available_at, published_at, attempts, last_error, dead_at, discarded_at";
+     available_at, published_at, attempts, last_error, dead_at, discarded_at, source_table";
 
 /// Which rows a list shows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
