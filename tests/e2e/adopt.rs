@@ -330,3 +330,84 @@ async fn run_refuses_settings_that_migrate_did_not_prepare_and_a_released_table_
     );
     assert_eq!(db.scalar("SELECT count(*) FROM outboxevent").await, 1);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn three_relays_sigkilled_in_turn_publish_an_adopted_table_once_in_key_order() {
+    let db = TestDb::new().await;
+    let redis = TestRedis::shared();
+    let mut env = base_env(&db, &redis);
+    env.push(("OUTBOX__RELAY__BATCH_SIZE".into(), "100".into()));
+    db.exec(DEBEZIUM_TABLE).await;
+    let (_dir, config) = config_file(DEBEZIUM_ENTRY);
+    migrate(&config, &env);
+    let mut relays: Vec<RelayProc> = (0..3)
+        .map(|i| RelayProc::spawn_with_config(&format!("adopt-{i}-0"), &env, &config))
+        .collect();
+    // Debezium's insert-then-delete, 40 transactions of 100 rows over 20 keys of 2 types; each
+    // payload carries its place in its key's order.
+    const ROUNDS: usize = 40;
+    const PER_ROUND: usize = 100;
+    let producer = tokio::spawn({
+        let db = TestDb::at(&db.url);
+        async move {
+            let mut conn = db.conn().await;
+            let mut n = 0u32;
+            for _ in 0..ROUNDS {
+                n += 1;
+                let values: Vec<String> = (0..PER_ROUND)
+                    .map(|i| {
+                        let aggregate = if i % 2 == 0 { "order" } else { "customer" };
+                        format!(
+                            "(gen_random_uuid(), '{aggregate}', 'k{}', 'T', '{{\"n\": {n}, \"i\": {i}}}')",
+                            i % 20
+                        )
+                    })
+                    .collect();
+                conn.batch_execute(&format!(
+                    "BEGIN; INSERT INTO outboxevent VALUES {}; DELETE FROM outboxevent; COMMIT;",
+                    values.join(", ")
+                ))
+                .await
+                .expect("produce");
+                tokio::time::sleep(Duration::from_millis(30)).await;
+            }
+        }
+    });
+    let mut kills = 0;
+    while !producer.is_finished() || kills < 6 {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let victim = kills % relays.len();
+        relays[victim].kill9();
+        kills += 1;
+        relays[victim] =
+            RelayProc::spawn_with_config(&format!("adopt-{victim}-{kills}"), &env, &config);
+        assert!(kills < 400, "producer never finished");
+    }
+    producer.await.expect("producer");
+    db.wait_until_published(Duration::from_secs(90)).await;
+    let mut seen = HashSet::new();
+    let mut last: HashMap<String, (u64, u64)> = HashMap::new();
+    for aggregate in ["order", "customer"] {
+        for entry in redis.entries(&format!("outbox.event.{aggregate}")).await {
+            assert!(seen.insert(entry["id"].clone()), "{} twice", entry["id"]);
+            let payload: serde_json::Value =
+                serde_json::from_str(&entry["payload"]).expect("payload");
+            let place = (
+                payload["n"].as_u64().expect("n"),
+                payload["i"].as_u64().expect("i"),
+            );
+            let key = entry["key"].clone();
+            if let Some(before) = last.insert(key.clone(), place) {
+                assert!(place > before, "key {key}: {place:?} after {before:?}");
+            }
+        }
+    }
+    assert_eq!(seen.len(), ROUNDS * PER_ROUND, "every committed row once");
+    assert_eq!(db.scalar("SELECT count(*) FROM outboxevent").await, 0);
+    assert_eq!(
+        db.scalar("SELECT count(*) FROM outbox WHERE attempts > 0")
+            .await,
+        0,
+        "crashes are not the events' fault"
+    );
+}
