@@ -351,9 +351,7 @@ async fn three_relays_sigkilled_in_turn_publish_an_adopted_table_once_in_key_ord
         let db = TestDb::at(&db.url);
         async move {
             let mut conn = db.conn().await;
-            let mut n = 0u32;
-            for _ in 0..ROUNDS {
-                n += 1;
+            for n in 1..=ROUNDS {
                 let values: Vec<String> = (0..PER_ROUND)
                     .map(|i| {
                         let aggregate = if i % 2 == 0 { "order" } else { "customer" };
