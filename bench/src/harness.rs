@@ -237,6 +237,12 @@ pub enum Shape {
     /// The mixed backlog behind this many published rows that retention has not removed yet
     /// (older, lower `seq`), as in a table keeping a week of history.
     Bloated(u64),
+    /// The mixed backlog written into an adopted table ([`crate::adopted`]); `delete`: each
+    /// producer transaction deletes its rows again.
+    Adopted {
+        /// Insert-then-delete.
+        delete: bool,
+    },
 }
 
 /// Preloads `n` events.
@@ -259,6 +265,7 @@ pub async fn preload(scratch: &Scratch, n: u64, shape: Shape) -> anyhow::Result<
                     CASE WHEN i % 2 = 0 THEN 'key-' || (i % 1000) END
              FROM generate_series(1, {n}) AS i ORDER BY i"
         ),
+        Shape::Adopted { delete } => return crate::adopted::preload(scratch, n, delete).await,
         Shape::HotKey => format!(
             "INSERT INTO outbox (topic, payload, partition_key)
              SELECT 'bench.topic0', jsonb_build_object('n', i, 'pad', repeat('x', 220)), 'hot'

@@ -8,7 +8,8 @@
 //! (producer commit to an inbox consumer's committed effect: a drain and a steady rate), and
 //! in the same run two references: the seed article's algorithm (10 rows per transaction, one
 //! XADD and one UPDATE per event) and the ceiling (the relay's own SQL with the Redis step
-//! removed).
+//! removed). The adoption scenario drains a backlog written into an adopted Debezium-layout
+//! table beside the native one, and times a producer's inserts with and without adoption.
 //!
 //! Map of the crate:
 //! - [`cli`]: the flags, and the [`BenchOptions`] they make.
@@ -19,12 +20,15 @@
 //! - [`endtoend`]: inbox consumers of the `outbox-consumer` library, the end-to-end drain.
 //! - [`fleet`]: the workload in 8 partitions per topic divided by 3 consumers; a join's time.
 //! - [`reference`]: the seed article's algorithm and the ceiling.
+//! - [`adopted`]: a backlog written into an adopted table (Debezium's layout), and what the
+//!   adoption costs a producer's insert.
 //! - [`replicated`]: the durability scenario's redis-server and its replica.
 //! - [`tls`]: the TLS scenario's two redis-servers; the local cluster and the CA come from
 //!   `outbox-testkit`.
 //! - [`machine`]: what a span cost the machine (cores busy, Redis CPU).
 //! - [`report`], [`chart`]: the table, the JSON and the SVG chart.
 
+pub mod adopted;
 pub mod chart;
 pub mod cli;
 pub mod endtoend;

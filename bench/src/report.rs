@@ -187,6 +187,16 @@ impl Report {
             ("drain / ceiling", "ceiling", false),
             ("cluster / single node", "redis cluster", true),
             ("end to end / relay-only drain", "end to end: drain", true),
+            (
+                "adopted / native drain",
+                "adopted table: drain, plain",
+                true,
+            ),
+            (
+                "adopted insert-then-delete / native drain",
+                "adopted table: drain, insert-then-delete",
+                true,
+            ),
         ]
         .into_iter()
         .filter_map(|(name, other, other_on_top)| {
@@ -198,6 +208,13 @@ impl Report {
         })
         .collect::<Vec<_>>();
         self.ratios.extend(ratios);
+        let producer = self
+            .find("producer inserts: adopted")
+            .zip(self.find("producer inserts: table not adopted"))
+            .and_then(|(adopted, native)| {
+                Ratio::between("producer inserts: adopted / not adopted", adopted, native)
+            });
+        self.ratios.extend(producer);
     }
 
     /// Prints the table, with the ratios to the references measured in this run.

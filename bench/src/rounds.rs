@@ -7,7 +7,7 @@ use outbox_testkit::cluster::{LocalCluster, Persistence};
 use crate::harness::{self, BenchEnv, Drain, Shape};
 use crate::replicated::Replicated;
 use crate::tls::TlsServers;
-use crate::{endtoend, reference, BenchOptions, Report};
+use crate::{endtoend, reference, BenchOptions, Figure, Report};
 
 /// The ceiling scenario's name.
 const CEILING: &str = "ceiling: relay SQL, no Redis";
@@ -19,6 +19,15 @@ const WAIT_ONE: &str = "durability: wait_replicas = 1 (own Redis + 1 replica)";
 
 /// The end-to-end drain's name: producer commit to consumer effect, inbox on.
 const E2E_DRAIN: &str = "end to end: drain to inbox consumers";
+
+/// The adoption scenario's drains and producer rates.
+pub const ADOPTED_PLAIN: &str = "adopted table: drain, plain inserts";
+/// Its insert-then-delete drain.
+pub const ADOPTED_DELETE: &str = "adopted table: drain, insert-then-delete";
+/// A producer's inserts into the table before adoption.
+pub const PRODUCER_NATIVE: &str = "producer inserts: table not adopted";
+/// The same into the adopted table.
+pub const PRODUCER_ADOPTED: &str = "producer inserts: adopted table";
 
 /// The fleet scenario's drains: relay only, then to the consumers dividing the partitions.
 const FLEET_RELAY: &str = "fleet: relay-only drain, 8 partitions";
@@ -37,25 +46,54 @@ pub async fn run(options: &BenchOptions, env: &BenchEnv, report: &mut Report) {
     for round in 0..options.repeat.max(1) {
         one_round(round, options, env, &rigs, &mut runs).await;
     }
-    for (name, results) in runs.0 {
+    for (name, results) in runs.drains {
         report.record(
             &name,
             median(results).map(|(d, all)| d.figure(&name).with_runs(all)),
         );
     }
+    for (name, results) in runs.rates {
+        report.record(&name, median_figure(results));
+    }
 }
 
-/// Every round's result of each scenario, scenarios in the order they first ran.
+/// Every round's result of each scenario, scenarios in the order they first ran: drains, and
+/// rates measured otherwise (a producer's inserts).
 #[derive(Default)]
-struct Runs(Vec<(String, Vec<anyhow::Result<Drain>>)>);
+struct Runs {
+    drains: Vec<(String, Vec<anyhow::Result<Drain>>)>,
+    rates: Vec<(String, Vec<anyhow::Result<Figure>>)>,
+}
 
 impl Runs {
     fn add(&mut self, name: &str, result: anyhow::Result<Drain>) {
-        match self.0.iter_mut().find(|(n, _)| n == name) {
-            Some((_, results)) => results.push(result),
-            None => self.0.push((name.to_string(), vec![result])),
-        }
+        push(&mut self.drains, name, result);
     }
+
+    fn add_figure(&mut self, name: &str, result: anyhow::Result<Figure>) {
+        push(&mut self.rates, name, result);
+    }
+}
+
+/// Adds `result` to `name`'s results.
+fn push<T>(all: &mut Vec<(String, Vec<T>)>, name: &str, result: T) {
+    match all.iter_mut().find(|(n, _)| n == name) {
+        Some((_, results)) => results.push(result),
+        None => all.push((name.to_string(), vec![result])),
+    }
+}
+
+/// The median round of figures by events/s, with every round's events/s.
+fn median_figure(results: Vec<anyhow::Result<Figure>>) -> anyhow::Result<Figure> {
+    let mut figures = results
+        .into_iter()
+        .collect::<anyhow::Result<Vec<Figure>>>()?;
+    anyhow::ensure!(!figures.is_empty(), "no round ran");
+    let rate = |f: &Figure| f.events_per_sec.unwrap_or(0.0);
+    let all: Vec<f64> = figures.iter().map(rate).collect();
+    figures.sort_by(|a, b| rate(a).total_cmp(&rate(b)));
+    let middle = figures.swap_remove(figures.len() / 2);
+    Ok(middle.with_runs(all))
 }
 
 /// The median round by events/s, and every round's events/s; a failed round fails the
@@ -70,6 +108,21 @@ fn median(results: Vec<anyhow::Result<Drain>>) -> anyhow::Result<(Drain, Vec<f64
     drains.sort_by(|a, b| rate(a).total_cmp(&rate(b)));
     let middle = drains.swap_remove(drains.len() / 2);
     Ok((middle, all))
+}
+
+/// The adoption scenario, right after the native drain: the same backlog written into an
+/// adopted table (plain inserts, then insert-then-delete), and a producer's single-row inserts
+/// into the table without and with adoption (4 connections of 2,000 inserts each).
+async fn adoption(env: &BenchEnv, n: u64, runs: &mut Runs) {
+    let tables = [("OUTBOX__TABLES", crate::adopted::TABLES_SETTING)];
+    for (name, delete) in [(ADOPTED_PLAIN, false), (ADOPTED_DELETE, true)] {
+        let r = harness::drain(env, n, 1, Shape::Adopted { delete }, &tables).await;
+        runs.add(name, r);
+    }
+    for (name, adopt) in [(PRODUCER_NATIVE, false), (PRODUCER_ADOPTED, true)] {
+        let r = crate::adopted::producer_rate(env, adopt, 4, 2000, name).await;
+        runs.add_figure(name, r);
+    }
 }
 
 /// The servers of the TLS and cluster scenarios, started once for every round (each drain
@@ -138,12 +191,19 @@ async fn one_round(
     if beside_first {
         beside_the_drain(options, env, rigs, runs).await;
     }
-    if options.wants("drain") || options.wants("cluster") || options.wants("endtoend") {
+    if options.wants("drain")
+        || options.wants("cluster")
+        || options.wants("endtoend")
+        || options.wants("adopt")
+    {
         let r = harness::drain(env, n, 1, Shape::Mixed, &[]).await;
         runs.add("drain (keep rows)", r);
     }
     if options.wants("endtoend") {
         runs.add(E2E_DRAIN, endtoend::drain(env, n).await);
+    }
+    if options.wants("adopt") {
+        adoption(env, n, runs).await;
     }
     if options.wants("fleet") {
         // The two side by side, so their ratio compares one minute of the machine.

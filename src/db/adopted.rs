@@ -7,6 +7,9 @@
 //! statement with an error naming the column. The registry `outbox_adopted_tables` records
 //! what `migrate` prepared, so that `run` can refuse settings that differ.
 //!
+//! The function runs as the role that ran `migrate` (`SECURITY DEFINER`, with the search path
+//! `migrate` had): a producer needs no grant on `outbox`, only its usual one on its own table.
+//!
 //! [`sync`] runs inside `migrate`'s transaction; [`drift`] is `run`'s check.
 
 use std::collections::HashMap;
@@ -295,7 +298,7 @@ fn capture_function(
     let source = literal(&resolved.qualified);
     Ok(format!(
         r#"CREATE OR REPLACE FUNCTION {function}() RETURNS trigger
-LANGUAGE plpgsql SET search_path FROM CURRENT AS $outbox_adopt$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $outbox_adopt$
 DECLARE
     bad text;
 BEGIN

@@ -292,6 +292,44 @@ async fn bad_inserts_fail_the_producer_naming_the_column_and_write_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_producer_role_with_rights_on_its_own_table_only_can_insert() {
+    let db = TestDb::new().await;
+    let redis = TestRedis::shared();
+    let env = base_env(&db, &redis);
+    db.exec(DEBEZIUM_TABLE).await;
+    let (_dir, config) = config_file(DEBEZIUM_ENTRY);
+    migrate(&config, &env);
+    let role = format!("{}_app", db.name);
+    db.exec(&format!(
+        "CREATE ROLE {role} NOLOGIN; GRANT USAGE ON SCHEMA public TO {role};
+         GRANT INSERT, DELETE, SELECT ON outboxevent TO {role}"
+    ))
+    .await;
+    let mut conn = db.conn().await;
+    let inserted = conn
+        .batch_execute(&format!(
+            "BEGIN; SET LOCAL ROLE {role};
+             INSERT INTO outboxevent VALUES (gen_random_uuid(), 'order', 'o1', 'T', '{{}}');
+             COMMIT;"
+        ))
+        .await;
+    let denied = conn
+        .batch_execute(&format!(
+            "BEGIN; SET LOCAL ROLE {role}; SELECT count(*) FROM outbox; COMMIT;"
+        ))
+        .await;
+    let _ = conn.batch_execute("ROLLBACK").await;
+    db.exec(&format!("DROP OWNED BY {role}; DROP ROLE {role}")).await;
+    inserted.expect("the producer's insert needs no grant on outbox");
+    assert!(denied.is_err(), "the role has no rights on outbox itself");
+    assert_eq!(
+        db.scalar("SELECT count(*) FROM outbox WHERE source_table = 'public.outboxevent'")
+            .await,
+        1
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn run_refuses_settings_that_migrate_did_not_prepare_and_a_released_table_stops_publishing() {
     let db = TestDb::new().await;
     let redis = TestRedis::shared();
