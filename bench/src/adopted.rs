@@ -77,21 +77,40 @@ pub async fn preload(scratch: &Scratch, n: u64, delete: bool) -> anyhow::Result<
     Ok(())
 }
 
+/// Where a producer's single-row transactions go, for [`producer_rate`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Producer {
+    /// Into the table, not adopted: the cost without the relay.
+    Plain,
+    /// Into the adopted table; `quiet`: with NOTIFY off (`outbox.notify = off`), as while a
+    /// relay drains above `relay.quiet_above`.
+    Adopted {
+        /// NOTIFY off.
+        quiet: bool,
+    },
+    /// Into `outbox` itself (NOTIFY on), the native producer's cost.
+    Outbox,
+}
+
 /// Producers on `connections` connections inserting `per_connection` single-row
-/// transactions each into the table, adopted or not: rows per second.
+/// transactions each as `producer` says: rows per second.
 pub async fn producer_rate(
     env: &BenchEnv,
-    adopt: bool,
+    producer: Producer,
     connections: usize,
     per_connection: u64,
     name: &str,
 ) -> anyhow::Result<Figure> {
     let scratch = Scratch::new(env).await?;
     let result = async {
-        create(&scratch, adopt).await?;
+        create(&scratch, matches!(producer, Producer::Adopted { .. })).await?;
         let mut conns = Vec::with_capacity(connections);
         for _ in 0..connections {
-            conns.push(scratch.conn().await?);
+            let mut conn = scratch.conn().await?;
+            if producer == (Producer::Adopted { quiet: true }) {
+                conn.batch_execute("SET outbox.notify = off").await?;
+            }
+            conns.push(conn);
         }
         let started = Instant::now();
         let producers = conns
@@ -99,14 +118,21 @@ pub async fn producer_rate(
             .enumerate()
             .map(|(c, mut conn)| async move {
                 for i in 0..per_connection {
-                    conn.batch_execute(&format!(
-                        "INSERT INTO {TABLE} (aggregatetype, aggregateid, type, payload) \
-                     VALUES ('topic{}', 'key-{}', 'Changed', \
-                     jsonb_build_object('n', {i}, 'pad', repeat('x', 220)))",
-                        i % TOPICS,
-                        (c as u64 * per_connection + i) % 1000
-                    ))
-                    .await?;
+                    let topic = i % TOPICS;
+                    let key = (c as u64 * per_connection + i) % 1000;
+                    let sql = match producer {
+                        Producer::Outbox => format!(
+                            "INSERT INTO outbox (topic, partition_key, headers, payload) \
+                         VALUES ('bench.topic{topic}', 'key-{key}', '{{\"type\": \"Changed\"}}', \
+                         jsonb_build_object('n', {i}, 'pad', repeat('x', 220)))"
+                        ),
+                        _ => format!(
+                            "INSERT INTO {TABLE} (aggregatetype, aggregateid, type, payload) \
+                         VALUES ('topic{topic}', 'key-{key}', 'Changed', \
+                         jsonb_build_object('n', {i}, 'pad', repeat('x', 220)))"
+                        ),
+                    };
+                    conn.batch_execute(&sql).await?;
                 }
                 Ok::<_, anyhow::Error>(())
             });

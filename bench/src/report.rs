@@ -209,12 +209,30 @@ impl Report {
         .collect::<Vec<_>>();
         self.ratios.extend(ratios);
         let producer = self
-            .find("producer inserts: adopted")
+            .find("producer inserts: adopted table")
             .zip(self.find("producer inserts: table not adopted"))
             .and_then(|(adopted, native)| {
                 Ratio::between("producer inserts: adopted / not adopted", adopted, native)
             });
         self.ratios.extend(producer);
+        let quiet = self
+            .find("producer inserts: adopted, NOTIFY quieted")
+            .zip(self.find("producer inserts: table not adopted"))
+            .and_then(|(adopted, native)| {
+                Ratio::between(
+                    "producer inserts: adopted, quieted / not adopted",
+                    adopted,
+                    native,
+                )
+            });
+        self.ratios.extend(quiet);
+        let copy = self
+            .find("producer inserts: adopted table")
+            .zip(self.find("producer inserts: into outbox"))
+            .and_then(|(adopted, outbox)| {
+                Ratio::between("producer inserts: adopted / into outbox", adopted, outbox)
+            });
+        self.ratios.extend(copy);
     }
 
     /// Prints the table, with the ratios to the references measured in this run.

@@ -28,6 +28,10 @@ pub const ADOPTED_DELETE: &str = "adopted table: drain, insert-then-delete";
 pub const PRODUCER_NATIVE: &str = "producer inserts: table not adopted";
 /// The same into the adopted table.
 pub const PRODUCER_ADOPTED: &str = "producer inserts: adopted table";
+/// The same with NOTIFY quieted, as while a relay drains.
+pub const PRODUCER_QUIET: &str = "producer inserts: adopted, NOTIFY quieted";
+/// The native producer's: single-row inserts into `outbox`.
+pub const PRODUCER_OUTBOX: &str = "producer inserts: into outbox";
 
 /// The fleet scenario's drains: relay only, then to the consumers dividing the partitions.
 const FLEET_RELAY: &str = "fleet: relay-only drain, 8 partitions";
@@ -112,15 +116,22 @@ fn median(results: Vec<anyhow::Result<Drain>>) -> anyhow::Result<(Drain, Vec<f64
 
 /// The adoption scenario, right after the native drain: the same backlog written into an
 /// adopted table (plain inserts, then insert-then-delete), and a producer's single-row inserts
-/// into the table without and with adoption (4 connections of 2,000 inserts each).
+/// into the table without and with adoption (NOTIFY on, and quieted), and into `outbox`
+/// itself (4 connections of 2,000 inserts each).
 async fn adoption(env: &BenchEnv, n: u64, runs: &mut Runs) {
     let tables = [("OUTBOX__TABLES", crate::adopted::TABLES_SETTING)];
     for (name, delete) in [(ADOPTED_PLAIN, false), (ADOPTED_DELETE, true)] {
         let r = harness::drain(env, n, 1, Shape::Adopted { delete }, &tables).await;
         runs.add(name, r);
     }
-    for (name, adopt) in [(PRODUCER_NATIVE, false), (PRODUCER_ADOPTED, true)] {
-        let r = crate::adopted::producer_rate(env, adopt, 4, 2000, name).await;
+    use crate::adopted::Producer;
+    for (name, producer) in [
+        (PRODUCER_NATIVE, Producer::Plain),
+        (PRODUCER_ADOPTED, Producer::Adopted { quiet: false }),
+        (PRODUCER_QUIET, Producer::Adopted { quiet: true }),
+        (PRODUCER_OUTBOX, Producer::Outbox),
+    ] {
+        let r = crate::adopted::producer_rate(env, producer, 4, 2000, name).await;
         runs.add_figure(name, r);
     }
 }

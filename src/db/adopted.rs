@@ -300,20 +300,25 @@ fn capture_function(
         r#"CREATE OR REPLACE FUNCTION {function}() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $outbox_adopt$
 DECLARE
+    no_payload boolean;
+    no_id boolean;
     bad text;
 BEGIN
-    IF EXISTS (SELECT 1 FROM {NEW_ROWS} AS r WHERE {payload_raw} IS NULL) THEN
-        RAISE EXCEPTION 'outbox-relay: adopted table %: column % is null: an event needs a payload', {name}, {payload_col}
-            USING ERRCODE = 'not_null_violation', COLUMN = {payload_col};
-    END IF;
-    IF EXISTS (SELECT 1 FROM {NEW_ROWS} AS r WHERE {id_raw} IS NULL) THEN
-        RAISE EXCEPTION 'outbox-relay: adopted table %: column % is null: an event needs an id', {name}, {id_col}
-            USING ERRCODE = 'not_null_violation', COLUMN = {id_col};
-    END IF;
-    SELECT t INTO bad FROM (SELECT {topic} AS t FROM {NEW_ROWS} AS r) AS s
-    WHERE t IS NULL OR char_length(t) NOT BETWEEN 1 AND 255 OR t ~ '[[:space:][:cntrl:]]'
+    -- One pass over the new rows finds the first bad one, if any.
+    SELECT s.no_payload, s.no_id, s.t INTO no_payload, no_id, bad
+    FROM (SELECT {payload_raw} IS NULL AS no_payload, {id_raw} IS NULL AS no_id, {topic} AS t
+          FROM {NEW_ROWS} AS r) AS s
+    WHERE s.no_payload OR s.no_id OR s.t IS NULL OR char_length(s.t) NOT BETWEEN 1 AND 255
+       OR s.t ~ '[[:space:][:cntrl:]]'
     LIMIT 1;
     IF FOUND THEN
+        IF no_payload THEN
+            RAISE EXCEPTION 'outbox-relay: adopted table %: column % is null: an event needs a payload', {name}, {payload_col}
+                USING ERRCODE = 'not_null_violation', COLUMN = {payload_col};
+        ELSIF no_id THEN
+            RAISE EXCEPTION 'outbox-relay: adopted table %: column % is null: an event needs an id', {name}, {id_col}
+                USING ERRCODE = 'not_null_violation', COLUMN = {id_col};
+        END IF;
         RAISE EXCEPTION 'outbox-relay: adopted table %: column % makes the topic %, which breaks the topic rule (1 to 255 characters, no whitespace or control characters)', {name}, {topic_col}, coalesce(quote_literal(bad), 'NULL')
             USING ERRCODE = 'check_violation', COLUMN = {topic_col};
     END IF;

@@ -319,7 +319,8 @@ async fn a_producer_role_with_rights_on_its_own_table_only_can_insert() {
         ))
         .await;
     let _ = conn.batch_execute("ROLLBACK").await;
-    db.exec(&format!("DROP OWNED BY {role}; DROP ROLE {role}")).await;
+    db.exec(&format!("DROP OWNED BY {role}; DROP ROLE {role}"))
+        .await;
     inserted.expect("the producer's insert needs no grant on outbox");
     assert!(denied.is_err(), "the role has no rights on outbox itself");
     assert_eq!(
