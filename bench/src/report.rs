@@ -160,23 +160,25 @@ impl Report {
             .find(|f| f.scenario.starts_with(prefix) && f.error.is_none())
     }
 
+    /// The ratio `name` of the scenarios named `num...` and `den...`, when both ran.
+    fn ratio_of(&self, name: &str, num: &str, den: &str) -> Option<Ratio> {
+        Ratio::between(name, self.find(num)?, self.find(den)?)
+    }
+
     /// Works out the keep-rows drain's ratios to the bloat, seed, ceiling and cluster
     /// scenarios.
     pub fn compare(&mut self) {
-        let tls = self
-            .find("tls: on")
-            .zip(self.find("tls: off"))
-            .and_then(|(on, off)| Ratio::between("TLS / plain drain", on, off));
-        let fleet = self
-            .find("fleet: drain")
-            .zip(self.find("fleet: relay-only"))
-            .and_then(|(e2e, relay)| {
-                Ratio::between("fleet: end to end / relay-only drain", e2e, relay)
-            });
-        let durability = self
-            .find("durability: wait_replicas")
-            .zip(self.find("durability: no wait"))
-            .and_then(|(wait, none)| Ratio::between("wait_replicas=1 / no wait drain", wait, none));
+        let tls = self.ratio_of("TLS / plain drain", "tls: on", "tls: off");
+        let fleet = self.ratio_of(
+            "fleet: end to end / relay-only drain",
+            "fleet: drain",
+            "fleet: relay-only",
+        );
+        let durability = self.ratio_of(
+            "wait_replicas=1 / no wait drain",
+            "durability: wait_replicas",
+            "durability: no wait",
+        );
         self.ratios = tls.into_iter().chain(fleet).chain(durability).collect();
         let Some(ours) = self.find("drain (keep") else {
             return;
@@ -208,31 +210,27 @@ impl Report {
         })
         .collect::<Vec<_>>();
         self.ratios.extend(ratios);
-        let producer = self
-            .find("producer inserts: adopted table")
-            .zip(self.find("producer inserts: table not adopted"))
-            .and_then(|(adopted, native)| {
-                Ratio::between("producer inserts: adopted / not adopted", adopted, native)
-            });
+        let producer = [
+            (
+                "producer inserts: adopted / not adopted",
+                "producer inserts: adopted table",
+                "producer inserts: table not adopted",
+            ),
+            (
+                "producer inserts: adopted, quieted / not adopted",
+                "producer inserts: adopted, NOTIFY quieted",
+                "producer inserts: table not adopted",
+            ),
+            (
+                "producer inserts: adopted / into outbox",
+                "producer inserts: adopted table",
+                "producer inserts: into outbox",
+            ),
+        ]
+        .into_iter()
+        .filter_map(|(name, num, den)| self.ratio_of(name, num, den))
+        .collect::<Vec<_>>();
         self.ratios.extend(producer);
-        let quiet = self
-            .find("producer inserts: adopted, NOTIFY quieted")
-            .zip(self.find("producer inserts: table not adopted"))
-            .and_then(|(adopted, native)| {
-                Ratio::between(
-                    "producer inserts: adopted, quieted / not adopted",
-                    adopted,
-                    native,
-                )
-            });
-        self.ratios.extend(quiet);
-        let copy = self
-            .find("producer inserts: adopted table")
-            .zip(self.find("producer inserts: into outbox"))
-            .and_then(|(adopted, outbox)| {
-                Ratio::between("producer inserts: adopted / into outbox", adopted, outbox)
-            });
-        self.ratios.extend(copy);
     }
 
     /// Prints the table, with the ratios to the references measured in this run.

@@ -44,6 +44,34 @@ fn config_file(toml: &str) -> (tempfile::TempDir, String) {
     (dir, path)
 }
 
+/// A database with Debezium's table adopted by `migrate`, its Redis, the relays' settings and
+/// the configuration file (kept as long as `_dir`).
+struct Adopted {
+    db: TestDb,
+    redis: TestRedis,
+    env: Vec<(String, String)>,
+    config: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Adopted {
+    async fn debezium() -> Adopted {
+        let db = TestDb::new().await;
+        let redis = TestRedis::shared();
+        let env = base_env(&db, &redis);
+        db.exec(DEBEZIUM_TABLE).await;
+        let (_dir, config) = config_file(DEBEZIUM_ENTRY);
+        migrate(&config, &env);
+        Adopted {
+            db,
+            redis,
+            env,
+            config,
+            _dir,
+        }
+    }
+}
+
 /// `outbox-relay <command>` with `env` and the configuration at `config`, to its end.
 fn relay_command(command: &str, config: &str, env: &[(String, String)]) -> Output {
     Command::new(BIN)
@@ -195,13 +223,7 @@ async fn a_debezium_table_is_published_row_by_row_with_rows_deleted_by_their_own
         api.body
     );
     assert_eq!(api.json["status"], "published");
-    let login = relay
-        .http()
-        .post_form("/login", &form(&[("token", ADMIN), ("next", "/")]));
-    assert_eq!(login.status, 303, "login: {}", login.body);
-    let session = relay
-        .http()
-        .cookie(&login.session_cookie().expect("a session cookie"));
+    let (session, _) = relay.login(ADMIN);
     let page = session.get(&format!("/events/{deleted_again}"));
     assert_eq!(page.status, 200, "{}", page.body);
     assert!(page.body.contains("public.outboxevent"), "{}", page.body);
@@ -260,12 +282,7 @@ payload = "body"
 
 #[tokio::test(flavor = "multi_thread")]
 async fn bad_inserts_fail_the_producer_naming_the_column_and_write_nothing() {
-    let db = TestDb::new().await;
-    let redis = TestRedis::shared();
-    let env = base_env(&db, &redis);
-    db.exec(DEBEZIUM_TABLE).await;
-    let (_dir, config) = config_file(DEBEZIUM_ENTRY);
-    migrate(&config, &env);
+    let Adopted { db, _dir, .. } = Adopted::debezium().await;
     let mut conn = db.conn().await;
     let cases = [
         (
@@ -293,12 +310,7 @@ async fn bad_inserts_fail_the_producer_naming_the_column_and_write_nothing() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_producer_role_with_rights_on_its_own_table_only_can_insert() {
-    let db = TestDb::new().await;
-    let redis = TestRedis::shared();
-    let env = base_env(&db, &redis);
-    db.exec(DEBEZIUM_TABLE).await;
-    let (_dir, config) = config_file(DEBEZIUM_ENTRY);
-    migrate(&config, &env);
+    let Adopted { db, _dir, .. } = Adopted::debezium().await;
     let role = format!("{}_app", db.name);
     db.exec(&format!(
         "CREATE ROLE {role} NOLOGIN; GRANT USAGE ON SCHEMA public TO {role};
@@ -372,13 +384,14 @@ async fn run_refuses_settings_that_migrate_did_not_prepare_and_a_released_table_
 
 #[tokio::test(flavor = "multi_thread")]
 async fn three_relays_sigkilled_in_turn_publish_an_adopted_table_once_in_key_order() {
-    let db = TestDb::new().await;
-    let redis = TestRedis::shared();
-    let mut env = base_env(&db, &redis);
+    let Adopted {
+        db,
+        redis,
+        mut env,
+        config,
+        _dir,
+    } = Adopted::debezium().await;
     env.push(("OUTBOX__RELAY__BATCH_SIZE".into(), "100".into()));
-    db.exec(DEBEZIUM_TABLE).await;
-    let (_dir, config) = config_file(DEBEZIUM_ENTRY);
-    migrate(&config, &env);
     let mut relays: Vec<RelayProc> = (0..3)
         .map(|i| RelayProc::spawn_with_config(&format!("adopt-{i}-0"), &env, &config))
         .collect();

@@ -92,6 +92,21 @@ impl RelayProc {
         RelayProc::spawn(name, &env)
     }
 
+    /// Logs in to the UI with `token` over plain HTTP; returns a client with the session
+    /// cookie and the CSRF token of the page it landed on.
+    pub fn login(&self, token: &str) -> (Http, String) {
+        let res = self
+            .http()
+            .post_form("/login", &form(&[("token", token), ("next", "/")]));
+        assert_eq!(res.status, 303, "login: {}", res.body);
+        let session = self
+            .http()
+            .cookie(&res.session_cookie().expect("a session cookie"));
+        let page = session.get("/");
+        assert_eq!(page.status, 200);
+        (session, page.csrf())
+    }
+
     /// Its admin server's port, as it logged once bound; waits for that line (panics, with the
     /// log, when it does not come).
     pub fn admin_port(&self) -> u16 {
@@ -222,15 +237,6 @@ impl TokenRelay {
     /// Logs in to the UI with `token` over plain HTTP; returns a client with the session
     /// cookie and a page's CSRF token.
     pub fn login(&self, token: &str) -> (Http, String) {
-        let res = self
-            .anonymous()
-            .post_form("/login", &form(&[("token", token), ("next", "/")]));
-        assert_eq!(res.status, 303, "login: {}", res.body);
-        let session = self
-            .anonymous()
-            .cookie(&res.session_cookie().expect("a session cookie"));
-        let page = session.get("/");
-        assert_eq!(page.status, 200);
-        (session, page.csrf())
+        self.relay.login(token)
     }
 }
