@@ -461,3 +461,82 @@ async fn three_relays_sigkilled_in_turn_publish_an_adopted_table_once_in_key_ord
         "crashes are not the events' fault"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_teams_own_table_on_a_partitioned_topic_keeps_its_time_headers_and_key_partitions() {
+    let db = TestDb::new().await;
+    let redis = TestRedis::shared();
+    let mut env = base_env(&db, &redis);
+    env.push(("OUTBOX__TOPICS".into(), "shop.orders:4".into()));
+    db.exec(
+        "CREATE SCHEMA shop;
+         CREATE TABLE shop.events (
+             event_id uuid PRIMARY KEY, stream text NOT NULL, customer text,
+             body json NOT NULL, occurred_at timestamptz NOT NULL,
+             kind text NOT NULL, trace text)",
+    )
+    .await;
+    let (_dir, config) = config_file(
+        r#"
+[[tables]]
+name = "shop.events"
+id = "event_id"
+topic = "stream"
+topic_format = "shop.{}"
+key = "customer"
+payload = "body"
+created_at = "occurred_at"
+headers = { type = "kind", traceparent = "trace" }
+"#,
+    );
+    migrate(&config, &env);
+    // 200 events over 12 customers, each an hour ago plus its place; every fifth unkeyed and
+    // without a trace.
+    db.exec(
+        "INSERT INTO shop.events
+         SELECT gen_random_uuid(), 'orders', CASE WHEN i % 5 <> 0 THEN 'c' || (i % 12) END,
+                json_build_object('i', i), timestamptz '2026-01-02 03:04:05+00' + i * interval '1 ms',
+                'OrderPlaced',
+                CASE WHEN i % 5 <> 0 THEN '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01' END
+         FROM generate_series(1, 200) AS i ORDER BY i",
+    )
+    .await;
+    let relay = RelayProc::spawn_with_config("r1", &env, &config);
+    db.wait_until_published(Duration::from_secs(60)).await;
+    let mut seen = 0;
+    for p in 0..4u32 {
+        let entries = redis.entries(&format!("shop.orders:{p}")).await;
+        let mut last_i: HashMap<String, u64> = HashMap::new();
+        for e in &entries {
+            seen += 1;
+            let payload: serde_json::Value = serde_json::from_str(&e["payload"]).expect("json");
+            let i = payload["i"].as_u64().expect("i");
+            assert_eq!(
+                e["created_at"],
+                format!("2026-01-02T03:04:05.{:03}000Z", i),
+                "created_at from the mapped column"
+            );
+            let headers: serde_json::Value = serde_json::from_str(&e["headers"]).expect("json");
+            assert_eq!(headers["type"], "OrderPlaced");
+            match e.get("key") {
+                Some(key) => {
+                    assert_eq!(outbox_core::partition::for_key(key, 4), p, "key {key}");
+                    assert_eq!(key, &format!("c{}", i % 12));
+                    assert!(headers["traceparent"].is_string(), "{headers}");
+                    if let Some(before) = last_i.insert(key.clone(), i) {
+                        assert!(i > before, "key {key}: {i} after {before}");
+                    }
+                }
+                None => {
+                    assert_eq!(i % 5, 0);
+                    assert!(
+                        headers.get("traceparent").is_none(),
+                        "null headers left out"
+                    );
+                }
+            }
+        }
+    }
+    assert_eq!(seen, 200);
+    drop(relay);
+}
