@@ -10,6 +10,7 @@ use diesel_async::SimpleAsyncConnection;
 use outbox_relay::config::TableSpec;
 
 use crate::harness::{BenchEnv, Scratch, TOPICS};
+use crate::machine::Meter;
 use crate::report::Figure;
 
 /// The adopted table's name.
@@ -112,6 +113,8 @@ pub async fn producer_rate(
             }
             conns.push(conn);
         }
+        let mut redis = crate::harness::redis_link(env)?;
+        let meter = Meter::start(&mut redis).await;
         let started = Instant::now();
         let producers = conns
             .into_iter()
@@ -138,12 +141,15 @@ pub async fn producer_rate(
             });
         futures::future::try_join_all(producers).await?;
         let seconds = started.elapsed().as_secs_f64();
+        let load = meter.stop(&mut redis).await;
         let rows = connections as u64 * per_connection;
         Ok(Figure {
             scenario: name.into(),
             events: rows,
             seconds: Some(seconds),
             events_per_sec: Some(rows as f64 / seconds),
+            redis_cpu_seconds: load.redis_cpu,
+            busy_cores: load.busy_cores,
             ..Figure::default()
         })
     }

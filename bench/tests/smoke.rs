@@ -70,6 +70,14 @@ fn bench_runs_every_scenario_and_writes_json() {
         "fleet: end to end / relay-only drain",
         "fleet: latency at 200/s, 8 partitions, 3 consumers",
         "fleet: a 3rd consumer joins at 200/s",
+        "adopted table: drain, plain inserts",
+        "adopted table: drain, insert-then-delete",
+        "adopted / native drain",
+        "producer inserts: table not adopted",
+        "producer inserts: adopted table",
+        "producer inserts: adopted, NOTIFY quieted",
+        "producer inserts: into outbox",
+        "producer inserts: adopted / into outbox",
     ] {
         assert!(stdout.contains(scenario), "missing {scenario}:\n{stdout}");
     }
@@ -81,7 +89,7 @@ fn bench_runs_every_scenario_and_writes_json() {
     let report: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(json.path()).expect("read")).expect("json");
     let figures = report["figures"].as_array().expect("figures");
-    assert_eq!(figures.len(), 23);
+    assert_eq!(figures.len(), 29);
     // Every measured span says what it cost the machine: cores busy (of this machine's) and
     // Redis CPU, so a speed figure can be read against saturation.
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
