@@ -153,10 +153,13 @@ impl Browser {
     }
 
     /// Logs in at `base` with `token`.
+    /// Logs in with `token`, and waits for the signed-in page (its logout form): a `goto`
+    /// right after the click could otherwise leave before the session cookie is set.
     pub async fn login(&self, base: &str, token: &str) {
         self.goto(&format!("{base}/login")).await;
         self.fill("#token", token).await;
         self.click("form.login button").await;
+        self.find("form[action='/logout']").await;
     }
 
     pub async fn screenshot(&self, path: &str) {
