@@ -11,7 +11,7 @@ use diesel::QueryableByName;
 use diesel_async::{AsyncConnection, RunQueryDsl};
 use futures::future::try_join_all;
 use outbox_relay::db::{outbox, DbError};
-use outbox_relay::relay::claim::claim_chains;
+use outbox_relay::relay::batch::claim_chains;
 
 use crate::harness::{self, BenchEnv, Drain, Scratch, Shape, Usage};
 

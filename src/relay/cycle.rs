@@ -1,8 +1,8 @@
 //! One claim cycle, the relay's hot path, as a plain async function (testable without actix),
-//! in stages: read the publish gate (`gate`), claim (`claim`), group by topic (`settle`,
-//! pure), publish (each topic through its dispatcher, see `dispatcher`), repair the streams
-//! found to have lost entries (`repair`), settle the outcomes (`settle`, pure), apply (mark,
-//! retry plan, commit).
+//! in stages: read the publish gate (`gate`), claim and group by topic (`batch`), publish
+//! (each topic through its dispatcher, see `dispatcher`), repair the streams found to have
+//! lost entries (`repair`), settle the outcomes (`batch`, pure), apply (mark, retry plan,
+//! commit).
 //!
 //! Everything happens in one short Postgres transaction, so each published event costs one
 //! row write: lock a batch (`FOR UPDATE SKIP LOCKED`), publish it to Redis, mark it published
@@ -23,14 +23,13 @@ use diesel_async::AsyncPgConnection;
 use futures::future::join_all;
 use uuid::Uuid;
 
-use super::claim::{claim_chains, Claim};
+use super::batch::{self, claim_chains, Claim, Row, Settled, TopicResult};
 use super::dispatcher::Topics;
 use super::gate::PublishGate;
 use super::messages::Publish;
 use super::overlap::Overlap;
 use super::repair::{self, RepairSettings};
 use super::retry;
-use super::settle::{self, Row, Settled, TopicResult};
 use super::slots::SlotGate;
 use crate::config::RetrySettings;
 use crate::db::outbox::{self, BatchLimits, Failure};
@@ -228,7 +227,7 @@ async fn claim_and_publish(
         tracing::trace!(deferred = report.deferred, "cycle claimed nothing");
         return Ok(report);
     }
-    let grouped = settle::group_by_topic(chains);
+    let grouped = batch::group_by_topic(chains);
     report.claimed = grouped.claimed;
     report.max_seq = grouped.max_seq;
 
@@ -260,7 +259,7 @@ async fn claim_and_publish(
     if let Some(outage) = whole_outage(deps, &results) {
         return Err(CycleError::Redis(outage).into());
     }
-    let settled = settle::settle(
+    let settled = batch::settle(
         rows.iter()
             .map(|(topic, rows)| (topic.as_str(), rows.as_slice())),
         results,

@@ -11,11 +11,11 @@
 //! Every actor runs under an actix `Supervisor` and is watched: one that stops, or panics in
 //! its work, is restarted on its own, without touching the others or the process; one that
 //! dies for good ends the process (see `supervision`). Dispatchers start with their topic
-//! (`dispatcher::Topics`). A cycle is `cycle::run_once`: read the gate (`gate`), claim (`claim`), group
-//! and settle (`settle`, pure), publish (the dispatchers), repair lost entries (`repair`),
-//! apply the retry policy (`retry`), commit.
+//! (`dispatcher::Topics`). A cycle is `cycle::run_once`: read the gate (`gate`), claim, group
+//! and settle (`batch`), publish (the dispatchers), repair lost entries (`repair`), apply the
+//! retry policy (`retry`), commit.
 
-pub mod claim;
+pub mod batch;
 pub mod claimer;
 pub mod cleaner;
 pub mod cycle;
@@ -35,7 +35,6 @@ pub mod readiness;
 pub mod registrar;
 pub mod repair;
 pub mod retry;
-pub mod settle;
 pub mod sizing;
 pub mod slots;
 pub mod stats;

@@ -18,8 +18,8 @@ use std::time::Duration;
 use chrono::{DateTime, TimeZone, Utc};
 use uuid::Uuid;
 
+use super::batch::TopicResult;
 use super::messages::TopicOutage;
-use super::settle::TopicResult;
 use crate::db::outbox::republish;
 use crate::db::{Db, DbError};
 use crate::publish::{partition_of, Behind, PublishError, Publisher};

@@ -9,7 +9,7 @@ use diesel_async::SimpleAsyncConnection;
 use std::time::Duration;
 
 use outbox_relay::db::outbox::{take_claim_slot, BatchLimits, Slot};
-use outbox_relay::relay::claim::claim_chains;
+use outbox_relay::relay::batch::claim_chains;
 
 /// Limits of `n` rows and no byte bound that matters.
 fn rows(n: i64) -> BatchLimits {

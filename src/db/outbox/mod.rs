@@ -1,6 +1,6 @@
-//! All SQL of the `outbox` table, one module per concern. The relay's: claiming (`claim`),
-//! marking, retrying and dead-lettering (`settle`), retention, the backlog (`backlog`), and
-//! republishing a range (`republish`). The admin's: the event lists and timelines
+//! All SQL of the `outbox` table, one module per concern. The relay's: claiming, marking,
+//! retrying and dead-lettering (`cycle`, the statements of a claim cycle), retention, the
+//! backlog (`backlog`), and republishing a range (`republish`). The admin's: the event lists and timelines
 //! ([`browse`]), the counts behind `/api/v1/stats` ([`stats`]), and steering dead letters
 //! ([`dead`]). The producers': the insert (`insert`, which `producer` checks events for).
 //! Other tables (`outbox_topics`, audit, ...) have their own modules under `db`.
@@ -12,17 +12,15 @@
 
 mod backlog;
 pub mod browse;
-mod claim;
+mod cycle;
 pub mod dead;
 mod insert;
 pub mod republish;
 mod retention;
-mod settle;
 pub mod stats;
 
 use backlog::OLDEST_DUE_AGE_SQL;
 pub use backlog::{backlog, next_due_in_ms, Backlog};
-pub use claim::*;
+pub use cycle::*;
 pub use insert::{insert_returning_ids, NewRow};
 pub use retention::delete_published_before;
-pub use settle::*;
