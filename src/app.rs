@@ -11,7 +11,7 @@ use crate::admin::{self, AdminState};
 use crate::config::{ConfigError, Settings};
 use crate::db::{self, pool::Drivers};
 use crate::publish::connect;
-use crate::publish::{Durability, Publisher, PublisherConfig};
+use crate::publish::{Durability, Envelopes, Publisher, PublisherConfig};
 use crate::relay::{self, health::Health};
 
 /// How long shutdown waits for the batch in hand.
@@ -273,6 +273,11 @@ pub(crate) fn open_publisher(settings: &Settings, traced: bool) -> anyhow::Resul
                 timeout: settings.redis.wait_timeout,
             },
             traced,
+            envelopes: Envelopes {
+                default: settings.redis.envelope,
+                topics: settings.configured_envelopes(),
+                source: settings.redis.cloudevents_source.clone(),
+            },
         },
     ))
 }

@@ -1,6 +1,7 @@
 //! `outbox-relay tail TOPIC`: prints a topic's stream entries as they arrive, one JSON object per
 //! line (`{"stream_id","id","topic","key","payload","headers","created_at"}`, payload and
-//! headers as JSON values), the `kcat` of this product. A partitioned topic is read on all its
+//! headers as JSON values; an entry of a CloudEvents topic also has `cloudevent`, its
+//! attributes), the `kcat` of this product. A partitioned topic is read on all its
 //! streams (by the count in `<prefix>partitions`), or on one with `--partition P`. Plain reads
 //! (`XREAD`) change nothing in Redis; with `--group G` it reads as a member of group G (created
 //! if missing on each stream) and acknowledges each entry once printed.
@@ -156,6 +157,8 @@ struct Reader {
     after: HashMap<String, String>,
     /// Group reads: the group and this member's name.
     group: Option<(String, String)>,
+    /// The topic, which a CloudEvents entry does not name.
+    topic: String,
 }
 
 impl Reader {
@@ -193,6 +196,7 @@ impl Reader {
         Ok(Reader {
             by_slot: by_slot.into_iter().map(|(_, keys)| keys).collect(),
             after,
+            topic: options.topic.clone(),
             group,
         })
     }
@@ -233,7 +237,7 @@ impl Reader {
             let reply: Option<StreamReadReply> = cmd.query_async(conn).await?;
             for stream in reply.map(|r| r.keys).unwrap_or_default() {
                 for id in stream.ids {
-                    let entry = Entry::from_stream_id(&id);
+                    let entry = Entry::from_stream_id_of(&self.topic, &id);
                     out.push((stream.key.clone(), id.id, entry));
                 }
             }

@@ -9,7 +9,8 @@
 //! in the same run two references: the seed article's algorithm (10 rows per transaction, one
 //! XADD and one UPDATE per event) and the ceiling (the relay's own SQL with the Redis step
 //! removed). The adoption scenario drains a backlog written into an adopted Debezium-layout
-//! table beside the native one, and times a producer's inserts with and without adoption.
+//! table beside the native one, and times a producer's inserts with and without adoption;
+//! beside it, the same drain with every topic written as CloudEvents.
 //!
 //! Map of the crate:
 //! - [`cli`]: the flags, and the [`BenchOptions`] they make.

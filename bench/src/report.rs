@@ -190,6 +190,11 @@ impl Report {
             ("cluster / single node", "redis cluster", true),
             ("end to end / relay-only drain", "end to end: drain", true),
             (
+                "cloudevents / default envelope drain",
+                "cloudevents: drain",
+                true,
+            ),
+            (
                 "adopted / native drain",
                 "adopted table: drain, plain",
                 true,

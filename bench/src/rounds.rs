@@ -33,6 +33,9 @@ pub const PRODUCER_QUIET: &str = "producer inserts: adopted, NOTIFY quieted";
 /// The native producer's: single-row inserts into `outbox`.
 pub const PRODUCER_OUTBOX: &str = "producer inserts: into outbox";
 
+/// The keep-rows drain with every topic written as CloudEvents.
+pub const CLOUDEVENTS: &str = "cloudevents: drain (keep rows)";
+
 /// The fleet scenario's drains: relay only, then to the consumers dividing the partitions.
 const FLEET_RELAY: &str = "fleet: relay-only drain, 8 partitions";
 const FLEET_E2E: &str = "fleet: drain to 3 inbox consumers, 8 partitions";
@@ -206,9 +209,17 @@ async fn one_round(
         || options.wants("cluster")
         || options.wants("endtoend")
         || options.wants("adopt")
+        || options.wants("cloudevents")
     {
         let r = harness::drain(env, n, 1, Shape::Mixed, &[]).await;
         runs.add("drain (keep rows)", r);
+    }
+    if options.wants("cloudevents") || options.wants("adopt") {
+        // Right after the default drain: the envelope's ratio compares one minute of the
+        // machine.
+        let envelope = [("OUTBOX__REDIS__ENVELOPE", "cloudevents")];
+        let r = harness::drain(env, n, 1, Shape::Mixed, &envelope).await;
+        runs.add(CLOUDEVENTS, r);
     }
     if options.wants("endtoend") {
         runs.add(E2E_DRAIN, endtoend::drain(env, n).await);

@@ -73,6 +73,8 @@ fn bench_runs_every_scenario_and_writes_json() {
         "adopted table: drain, plain inserts",
         "adopted table: drain, insert-then-delete",
         "adopted / native drain",
+        "cloudevents: drain (keep rows)",
+        "cloudevents / default envelope drain",
         "producer inserts: table not adopted",
         "producer inserts: adopted table",
         "producer inserts: adopted, NOTIFY quieted",
@@ -89,7 +91,7 @@ fn bench_runs_every_scenario_and_writes_json() {
     let report: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(json.path()).expect("read")).expect("json");
     let figures = report["figures"].as_array().expect("figures");
-    assert_eq!(figures.len(), 29);
+    assert_eq!(figures.len(), 30);
     // Every measured span says what it cost the machine: cores busy (of this machine's) and
     // Redis CPU, so a speed figure can be read against saturation.
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;

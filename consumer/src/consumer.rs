@@ -266,6 +266,13 @@ impl Consumer {
         if !state.group_ready {
             let topics = stream::resolve_partitions(conn, config).await?;
             state.streams = topics.iter().flat_map(|(_, s)| s.iter().cloned()).collect();
+            state.topic_of = topics
+                .iter()
+                .flat_map(|(topic, streams)| {
+                    let topic: Arc<str> = Arc::from(topic.as_str());
+                    streams.iter().map(move |s| (s.clone(), topic.clone()))
+                })
+                .collect();
             for key in &state.streams {
                 stream::ensure_group(conn, key, &config.group).await?;
             }
@@ -340,7 +347,10 @@ impl Consumer {
         let deliveries: Vec<Delivery> = read
             .entries
             .into_iter()
-            .map(|raw| Delivery::new(raw, &self.group, 1, false))
+            .map(|raw| {
+                let topic = state.topic_of.get(&raw.stream).cloned();
+                Delivery::new(raw, topic.as_deref(), &self.group, 1, false)
+            })
             .collect();
         self.handle(ctx, state, process, handling::lanes(deliveries))
             .await?;
@@ -374,7 +384,14 @@ impl Consumer {
                 // Read with `>` and held back behind its key, never handled: not a new delivery.
                 let fresh = count == 1 && state.fresh_unattempted.contains(&raw.at());
                 let delivery = if fresh { 1 } else { count + 1 };
-                deliveries.push(Delivery::new(raw, &self.group, delivery, !fresh));
+                let topic = state.topic_of.get(&raw.stream).cloned();
+                deliveries.push(Delivery::new(
+                    raw,
+                    topic.as_deref(),
+                    &self.group,
+                    delivery,
+                    !fresh,
+                ));
             }
         }
         if !gone.is_empty() {
@@ -534,6 +551,8 @@ struct LoopState {
     group_ready: bool,
     /// The streams read: each topic's, or each of its partitions' (resolved with the group).
     streams: Vec<Arc<str>>,
+    /// The topic of each stream read: a CloudEvents entry names none of its own.
+    topic_of: HashMap<Arc<str>, Arc<str>>,
     /// Streams where this consumer may have pending entries: looked at (and those handled)
     /// before new entries are read.
     maybe_pending: HashSet<Arc<str>>,
@@ -555,6 +574,7 @@ impl LoopState {
         LoopState {
             group_ready: false,
             streams: Vec::new(),
+            topic_of: HashMap::new(),
             maybe_pending: HashSet::new(),
             unacked: Vec::new(),
             retry_at: HashMap::new(),

@@ -43,8 +43,19 @@ pub(crate) struct Delivery {
 }
 
 impl Delivery {
-    pub(crate) fn new(raw: RawEntry, group: &Arc<str>, delivery: u64, take: bool) -> Delivery {
-        let parsed = Entry::from_pairs(raw.stream_id.clone(), &raw.fields).map(|mut e| {
+    /// `topic`: the topic of the entry's stream, which a CloudEvents entry does not name.
+    pub(crate) fn new(
+        raw: RawEntry,
+        topic: Option<&str>,
+        group: &Arc<str>,
+        delivery: u64,
+        take: bool,
+    ) -> Delivery {
+        let parsed = match topic {
+            Some(topic) => Entry::from_pairs_of(topic, raw.stream_id.clone(), &raw.fields),
+            None => Entry::from_pairs(raw.stream_id.clone(), &raw.fields),
+        };
+        let parsed = parsed.map(|mut e| {
             e.deliveries = delivery;
             e.group = group.clone();
             e

@@ -1,6 +1,8 @@
 //! The stream entry's format (docs/consumers.md, "The stream entry"): the field names the relay
 //! writes, the text of `created_at`, and [`Entry`], one event parsed from the raw fields of an
-//! XREAD / XREADGROUP / XRANGE reply, with its JSON form for `outbox-relay tail`.
+//! XREAD / XREADGROUP / XRANGE reply, with its JSON form for `outbox-relay tail`. An entry of a
+//! topic with the CloudEvents envelope (`id` + `cloudevent`, see [`crate::cloudevent`]) parses
+//! into the same [`Entry`], its attributes in [`Entry::cloudevent`].
 //!
 //! Parsing never panics: a malformed entry is an [`EntryError`] naming the field, so the
 //! consumer can move it to the dead stream instead of stopping on it.
@@ -12,6 +14,8 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use redis::Value;
 use serde::{Serialize, Serializer};
 use uuid::Uuid;
+
+use crate::cloudevent::{self, CloudEvent};
 
 /// The names of an entry's fields, in the order the relay writes them (`key` only when the
 /// event has a partition key).
@@ -28,6 +32,9 @@ pub mod field {
     pub const CREATED_AT: &str = "created_at";
     /// The partition key; absent when the event has none.
     pub const KEY: &str = "key";
+    /// The event as CloudEvents 1.0 JSON, beside `id`, in place of the fields above on a topic
+    /// with the CloudEvents envelope.
+    pub const CLOUDEVENT: &str = "cloudevent";
 }
 
 /// The `created_at` field's text: RFC 3339 in UTC with microseconds and `Z`
@@ -69,6 +76,11 @@ pub struct Entry {
     /// stream, or read outside a group.
     #[serde(skip)]
     pub lease: Option<Lease>,
+    /// The CloudEvents attributes, for an entry of a topic with the CloudEvents envelope (the
+    /// `cloudevent` field); `None` for the default envelope. Its `data` is [`Entry::payload`],
+    /// its `partitionkey` [`Entry::key`], its `time` [`Entry::created_at`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cloudevent: Option<Box<CloudEvent>>,
 }
 
 /// A consumer's hold on one partition of a topic: handed out by the group's fleet, raised by
@@ -104,14 +116,52 @@ pub enum EntryError {
     /// `created_at` is not RFC 3339.
     #[error("field `created_at` is not an RFC 3339 time: {0}")]
     CreatedAt(String),
+    /// The `cloudevent` field is not a CloudEvent this library reads.
+    #[error("field `cloudevent`: {0}")]
+    CloudEvent(#[from] cloudevent::ReadError),
+    /// The `cloudevent`'s `id` is not the entry's `id` field.
+    #[error("field `cloudevent`: its id {attribute:?} is not the entry's id {field}")]
+    CloudEventId {
+        /// The `id` field.
+        field: Uuid,
+        /// The cloudevent's `id` attribute.
+        attribute: String,
+    },
 }
 
 impl Entry {
     /// Parses an entry from its fields (as a `HashMap<String, Value>` of a
     /// [`redis::streams::StreamId`], or pairs), with `deliveries` set to 1. Unknown fields are
-    /// ignored, so the relay may add some later.
+    /// ignored, so the relay may add some later. A CloudEvents entry carries no `topic` field:
+    /// read it with [`Entry::from_fields_of`], which knows the topic of the stream it came from.
     pub fn from_fields<'a, I, K>(
         stream_id: impl Into<String>,
+        fields: I,
+    ) -> Result<Entry, EntryError>
+    where
+        I: IntoIterator<Item = (K, &'a Value)>,
+        K: AsRef<str>,
+    {
+        Entry::read(None, stream_id.into(), fields)
+    }
+
+    /// [`Entry::from_fields`] for an entry read from `topic`'s stream: a CloudEvents entry's
+    /// topic.
+    pub fn from_fields_of<'a, I, K>(
+        topic: &str,
+        stream_id: impl Into<String>,
+        fields: I,
+    ) -> Result<Entry, EntryError>
+    where
+        I: IntoIterator<Item = (K, &'a Value)>,
+        K: AsRef<str>,
+    {
+        Entry::read(Some(topic), stream_id.into(), fields)
+    }
+
+    fn read<'a, I, K>(
+        topic: Option<&str>,
+        stream_id: String,
         fields: I,
     ) -> Result<Entry, EntryError>
     where
@@ -128,6 +178,7 @@ impl Entry {
                 field::PAYLOAD,
                 field::HEADERS,
                 field::CREATED_AT,
+                field::CLOUDEVENT,
             ]
             .contains(&name)
             {
@@ -139,6 +190,13 @@ impl Entry {
         let mut take = |name: &'static str| text.remove(name).ok_or(EntryError::Missing(name));
         let id = take(field::ID)?;
         let id = Uuid::parse_str(&id).map_err(|_| EntryError::Id(id))?;
+        if let Ok(event) = take(field::CLOUDEVENT) {
+            let topic = match take(field::TOPIC) {
+                Ok(topic) => topic,
+                Err(missing) => topic.map(str::to_string).ok_or(missing)?,
+            };
+            return Entry::read_cloudevent(stream_id, id, topic, &event);
+        }
         let topic = take(field::TOPIC)?;
         let payload = json(&take(field::PAYLOAD)?, field::PAYLOAD)?;
         let headers = json(&take(field::HEADERS)?, field::HEADERS)?;
@@ -148,7 +206,7 @@ impl Entry {
             .with_timezone(&Utc);
         let key = text.remove(field::KEY);
         Ok(Entry {
-            stream_id: stream_id.into(),
+            stream_id,
             id,
             topic,
             key,
@@ -158,6 +216,40 @@ impl Entry {
             deliveries: 1,
             group: Arc::from(""),
             lease: None,
+            cloudevent: None,
+        })
+    }
+
+    /// An entry of the CloudEvents envelope: the event is the `cloudevent` field's.
+    fn read_cloudevent(
+        stream_id: String,
+        id: Uuid,
+        topic: String,
+        event: &str,
+    ) -> Result<Entry, EntryError> {
+        let read = cloudevent::parse(event)?;
+        let attributes = read.attributes;
+        if Uuid::parse_str(&attributes.id).ok() != Some(id) {
+            return Err(EntryError::CloudEventId {
+                field: id,
+                attribute: attributes.id,
+            });
+        }
+        let created_at = attributes
+            .time
+            .ok_or(cloudevent::ReadError::Missing("time"))?;
+        Ok(Entry {
+            stream_id,
+            id,
+            key: attributes.partitionkey.clone(),
+            payload: read.data,
+            headers: cloudevent::headers_of(&attributes, &topic),
+            topic,
+            created_at,
+            deliveries: 1,
+            group: Arc::from(""),
+            lease: None,
+            cloudevent: Some(Box::new(attributes)),
         })
     }
 
@@ -169,10 +261,29 @@ impl Entry {
         Entry::from_fields(stream_id, fields.iter().map(|(k, v)| (k, v)))
     }
 
+    /// [`Entry::from_pairs`] for an entry read from `topic`'s stream (see
+    /// [`Entry::from_fields_of`]).
+    pub fn from_pairs_of(
+        topic: &str,
+        stream_id: impl Into<String>,
+        fields: &[(String, Value)],
+    ) -> Result<Entry, EntryError> {
+        Entry::from_fields_of(topic, stream_id, fields.iter().map(|(k, v)| (k, v)))
+    }
+
     /// Parses one entry of a [`redis::streams::StreamReadReply`] or
     /// [`redis::streams::StreamRangeReply`].
     pub fn from_stream_id(entry: &redis::streams::StreamId) -> Result<Entry, EntryError> {
         Entry::from_fields(entry.id.clone(), &entry.map)
+    }
+
+    /// [`Entry::from_stream_id`] for an entry read from `topic`'s stream (see
+    /// [`Entry::from_fields_of`]).
+    pub fn from_stream_id_of(
+        topic: &str,
+        entry: &redis::streams::StreamId,
+    ) -> Result<Entry, EntryError> {
+        Entry::from_fields_of(topic, entry.id.clone(), &entry.map)
     }
 
     /// Every entry of a raw `XREAD`/`XREADGROUP` reply, in stream order (per stream), each
@@ -198,9 +309,10 @@ impl Entry {
     }
 
     /// The JSON object `tail` prints: `{"stream_id","id","topic","key","payload","headers",
-    /// "created_at"}`, payload and headers as JSON values.
+    /// "created_at"}`, payload and headers as JSON values, and `cloudevent` (the attributes)
+    /// for an entry of the CloudEvents envelope.
     pub fn to_json(&self) -> serde_json::Value {
-        serde_json::json!({
+        let mut json = serde_json::json!({
             "stream_id": self.stream_id,
             "id": self.id,
             "topic": self.topic,
@@ -208,7 +320,14 @@ impl Entry {
             "payload": self.payload,
             "headers": self.headers,
             "created_at": created_at_text(&self.created_at),
-        })
+        });
+        if let (Some(attributes), Some(object)) = (&self.cloudevent, json.as_object_mut()) {
+            object.insert(
+                field::CLOUDEVENT.into(),
+                serde_json::to_value(attributes).unwrap_or(serde_json::Value::Null),
+            );
+        }
+        json
     }
 }
 
@@ -361,6 +480,66 @@ mod tests {
         got.sort();
         want.sort();
         assert_eq!(got, want);
+    }
+
+    fn cloudevent_fields(id: &str) -> Vec<(String, Value)> {
+        let at = DateTime::parse_from_rfc3339("2026-12-02T13:57:01.123456Z")
+            .expect("time")
+            .with_timezone(&Utc);
+        let event = crate::cloudevent::Event {
+            id: Uuid::parse_str("6f0c1c52-4c8b-4a53-9a0e-2f3c1a1b2c3d").expect("uuid"),
+            source: "/shop",
+            topic: "order.created",
+            key: Some("order-42"),
+            payload: r#"{"order_id":42}"#,
+            headers: r#"{"traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}"#,
+            created_at: &at,
+        };
+        let text = crate::cloudevent::to_json(&event).expect("written");
+        vec![("id".into(), bulk(id)), ("cloudevent".into(), bulk(&text))]
+    }
+
+    #[test]
+    fn a_cloudevents_entry_reads_like_any_other() {
+        let fields = cloudevent_fields("6f0c1c52-4c8b-4a53-9a0e-2f3c1a1b2c3d");
+        let e = Entry::from_pairs_of("order.created", "1-0", &fields).expect("well-formed");
+        let plain = parse(&good()).expect("well-formed");
+        assert_eq!(
+            (e.id, &e.topic, &e.key),
+            (plain.id, &plain.topic, &plain.key)
+        );
+        assert_eq!(e.payload, plain.payload);
+        assert_eq!(e.created_at, plain.created_at);
+        assert_eq!(
+            e.headers["traceparent"],
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+        );
+        let attributes = e.cloudevent.as_deref().expect("attributes");
+        assert_eq!(attributes.source, "/shop");
+        assert_eq!(attributes.ty, "order.created");
+        assert_eq!(e.to_json()["cloudevent"]["source"], "/shop");
+        assert_eq!(e.to_json()["payload"]["order_id"], 42);
+    }
+
+    #[test]
+    fn a_cloudevents_entry_needs_its_topic_and_its_own_id() {
+        let fields = cloudevent_fields("6f0c1c52-4c8b-4a53-9a0e-2f3c1a1b2c3d");
+        assert_eq!(parse(&fields), Err(EntryError::Missing("topic")));
+        let other = cloudevent_fields("00000000-4c8b-4a53-9a0e-2f3c1a1b2c3d");
+        assert!(matches!(
+            Entry::from_pairs_of("order.created", "1-0", &other),
+            Err(EntryError::CloudEventId { .. })
+        ));
+        let broken = vec![
+            ("id".into(), bulk("6f0c1c52-4c8b-4a53-9a0e-2f3c1a1b2c3d")),
+            ("cloudevent".into(), bulk(r#"{"specversion":"1.0"}"#)),
+        ];
+        assert_eq!(
+            Entry::from_pairs_of("order.created", "1-0", &broken),
+            Err(EntryError::CloudEvent(
+                crate::cloudevent::ReadError::Missing("id")
+            ))
+        );
     }
 
     #[test]

@@ -7,6 +7,7 @@
 //!
 //! | module | what it is for |
 //! |---|---|
+//! | [`cloudevent`] | the CloudEvents envelope: an event written as CloudEvents 1.0 JSON, and read back |
 //! | [`entry`] | the stream entry's fields: [`Entry`] parsed from them, `created_at`'s text |
 //! | [`entry_id`] | a stream entry id, `<ms>-<seq>`, parsed, printed and ordered as Redis does |
 //! | [`keys`] | `<prefix><topic>`, `<prefix><topic>:<p>`, `<prefix><topic>:dead`, `<prefix>partitions`, a fleet's `<prefix><topic>:{<group>}:...` |
@@ -23,6 +24,7 @@
 //! | `prepared` (feature `postgres`) | raw SQL a connection keeps prepared |
 
 pub mod backoff;
+pub mod cloudevent;
 pub mod entry;
 pub mod entry_id;
 pub mod groups;

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use outbox_core::cloudevent::{self, Envelope};
 use outbox_core::pem::TlsSettingError;
 use outbox_core::redis_conn::{self, TlsFiles, TlsPaths, Topology};
 
@@ -40,6 +41,14 @@ pub struct RedisSettings {
     pub max_payload_bytes: usize,
     /// When set, each XADD trims its stream to about this many entries (`MAXLEN ~`).
     pub maxlen: Option<u64>,
+    /// How entries are written: `"fields"` (one field per part of the event) or
+    /// `"cloudevents"` (`id` and `cloudevent`, CloudEvents 1.0 JSON); a `[[topics]]` entry's
+    /// `envelope` overrides it for its topic.
+    pub envelope: Envelope,
+    /// The CloudEvents `source` attribute of every event written as a CloudEvent: a URI
+    /// reference naming this producer.
+    #[serde(deserialize_with = "lenient::string")]
+    pub cloudevents_source: String,
     /// Every `retention.interval`, trim each stream that has declared groups up to the oldest
     /// entry one of them has not acknowledged.
     pub trim_acked: bool,
@@ -79,6 +88,8 @@ impl Default for RedisSettings {
             dedup_window: Duration::from_secs(15 * 60),
             max_payload_bytes: 1024 * 1024,
             maxlen: None,
+            envelope: Envelope::Fields,
+            cloudevents_source: cloudevent::DEFAULT_SOURCE.into(),
             trim_acked: false,
             timeout: Duration::from_secs(5),
             wait_replicas: 0,
@@ -158,6 +169,18 @@ pub(super) const RULES: &[Rule] = &[
         check: |s| {
             if s.redis.stream_prefix.chars().any(char::is_whitespace) {
                 return Err("must not contain whitespace".into());
+            }
+            Ok(())
+        },
+    },
+    Rule {
+        settings: &["redis.cloudevents_source"],
+        check: |s| {
+            let source = &s.redis.cloudevents_source;
+            if source.is_empty() || source.chars().any(|c| c.is_whitespace() || c.is_control()) {
+                return Err(format!(
+                    "must be a non-empty URI reference (CloudEvents' `source`), without whitespace, not {source:?}"
+                ));
             }
             Ok(())
         },

@@ -1,7 +1,7 @@
-//! Partitioned topics as configuration: TOML `[[topics]]` tables with `name` and `partitions`,
-//! or `OUTBOX__TOPICS` as comma-separated `topic:N` pairs. A topic not listed has one
-//! partition and keeps the stream `<prefix><topic>`; one with N > 1 has the streams
-//! `<prefix><topic>:0` to `<prefix><topic>:N-1`.
+//! Topics as configuration: TOML `[[topics]]` tables with `name`, `partitions` (default 1) and
+//! `envelope` (default `redis.envelope`), or `OUTBOX__TOPICS` as comma-separated `topic:N`
+//! pairs. A topic not listed has one partition and keeps the stream `<prefix><topic>`; one
+//! with N > 1 has the streams `<prefix><topic>:0` to `<prefix><topic>:N-1`.
 
 use serde::de::Deserializer;
 use serde::{Deserialize, Serialize};
@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use super::pairs::{self, Pair};
 use super::rules::Rule;
 use super::Settings;
+use outbox_core::cloudevent::Envelope;
 use outbox_core::partition::MAX_PARTITIONS;
 
 /// One configured topic.
@@ -18,7 +19,15 @@ pub struct TopicSpec {
     /// The topic.
     pub name: String,
     /// Its partitions, 1 to 1024.
+    #[serde(default = "one")]
     pub partitions: u32,
+    /// How its entries are written, when not as `redis.envelope` says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub envelope: Option<Envelope>,
+}
+
+fn one() -> u32 {
+    1
 }
 
 impl Pair for TopicSpec {
@@ -32,6 +41,7 @@ impl Pair for TopicSpec {
         Ok(TopicSpec {
             name: topic.to_string(),
             partitions,
+            envelope: None,
         })
     }
 }
@@ -71,6 +81,14 @@ pub(super) const RULES: &[Rule] = &[Rule {
 }];
 
 impl Settings {
+    /// The envelope of each listed topic that sets its own.
+    pub fn configured_envelopes(&self) -> std::collections::HashMap<String, Envelope> {
+        self.topics
+            .iter()
+            .filter_map(|t| Some((t.name.clone(), t.envelope?)))
+            .collect()
+    }
+
     /// The configured partition count of each listed topic.
     pub fn configured_partitions(&self) -> std::collections::HashMap<String, u32> {
         self.topics
@@ -100,11 +118,13 @@ mod tests {
             vec![
                 TopicSpec {
                     name: "orders".into(),
-                    partitions: 8
+                    partitions: 8,
+                    envelope: None,
                 },
                 TopicSpec {
                     name: "eu:payments".into(),
-                    partitions: 4
+                    partitions: 4,
+                    envelope: None,
                 }
             ]
         );
@@ -121,6 +141,7 @@ mod tests {
         let t = |name: &str, partitions| TopicSpec {
             name: name.into(),
             partitions,
+            envelope: None,
         };
         assert!(check(&[t("orders", 0)])
             .expect_err("0")

@@ -10,6 +10,7 @@
 pub mod classify;
 pub mod connect;
 pub mod durability;
+pub mod envelope;
 pub mod groups;
 pub mod inspect;
 pub mod keys;
@@ -24,6 +25,7 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use outbox_core::cloudevent::Envelope;
 use outbox_core::entry::{created_at_text, field};
 use outbox_core::keys::{partition_key, partition_keys, partitions_hash};
 use outbox_core::partition;
@@ -33,6 +35,7 @@ use uuid::Uuid;
 pub use classify::{classify_error, classify_reply, Verdict};
 pub use connect::RedisConn;
 pub use durability::Durability;
+pub use envelope::Envelopes;
 pub use marks::{EntryId, Marks};
 
 /// Upper bound of the entry bytes sent in one script call (a call blocks Redis while it runs).
@@ -172,6 +175,8 @@ pub struct PublisherConfig {
     /// Spans are exported: traced events go out in publish spans, their headers carrying the
     /// span's context (see `trace`).
     pub traced: bool,
+    /// `redis.envelope`, each topic's `envelope` and `redis.cloudevents_source`.
+    pub envelopes: Envelopes,
 }
 
 /// How a script call names the script.
@@ -196,6 +201,8 @@ struct ScriptCall<'a> {
     mark: String,
     /// The traced events' spans and headers.
     spans: &'a trace::Spans,
+    /// A CloudEvents topic's call: each sent event's `cloudevent` field, in order.
+    cloudevents: Option<&'a [String]>,
 }
 
 impl ScriptCall<'_> {
@@ -227,7 +234,8 @@ impl ScriptCall<'_> {
             .arg(self.maxlen)
             .arg(self.sent.len())
             .arg(self.topic)
-            .arg(self.mark.as_str());
+            .arg(self.mark.as_str())
+            .arg(if self.cloudevents.is_some() { "c" } else { "" });
         let mut uuid = Uuid::encode_buffer();
         let mut label = String::with_capacity(8);
         for (index, (event, chain)) in self.sent.iter().enumerate() {
@@ -237,8 +245,13 @@ impl ScriptCall<'_> {
             let _ = write!(label, "{mark}{chain}");
             cmd.arg(event.id.as_bytes().as_slice())
                 .arg(label.as_str())
-                .arg(event.id.hyphenated().encode_lower(&mut uuid) as &str)
-                .arg(event.payload.as_str())
+                .arg(event.id.hyphenated().encode_lower(&mut uuid) as &str);
+            if let Some(bodies) = self.cloudevents {
+                let body = bodies.get(index).map_or("", String::as_str);
+                cmd.arg(body).arg("").arg("").arg("");
+                continue;
+            }
+            cmd.arg(event.payload.as_str())
                 .arg(self.spans.headers(index, event))
                 .arg(created.as_str())
                 .arg(event.key.as_deref().unwrap_or(""));
@@ -410,6 +423,7 @@ impl Publisher {
         reached: &mut Vec<(String, EntryId)>,
     ) -> Result<Vec<(Uuid, Outcome)>, PublishError> {
         let maxlen = maxlen.or(self.config.maxlen).unwrap_or(0);
+        let cloudevents = self.config.envelopes.of(topic) == Envelope::CloudEvents;
         let mut mark = self.marks.get(at.stream);
         // Flatten in order; each event remembers its chain's index (unkeyed events are
         // chains of one, so they never share a failure).
@@ -422,6 +436,8 @@ impl Publisher {
         let mut start = 0;
         while start < items.len() {
             let mut call: Vec<usize> = Vec::new();
+            // A CloudEvents call's `cloudevent` fields, aligned with `call`.
+            let mut bodies: Vec<String> = Vec::new();
             let mut bytes = 0;
             let mut end = start;
             while end < items.len() && (call.is_empty() || bytes < CALL_BYTES) {
@@ -429,7 +445,24 @@ impl Publisher {
                 if failed[chain] {
                     outcomes[end] = Some(Outcome::Skipped);
                 } else {
-                    let size = event.entry_size();
+                    let body = if cloudevents {
+                        match self.config.envelopes.cloudevent(event, &event.headers) {
+                            Ok(body) => Some(body),
+                            Err(e) => {
+                                outcomes[end] = Some(Outcome::Failed(format!(
+                                    "cannot be written as a CloudEvent: {e}"
+                                )));
+                                failed[chain] = true;
+                                end += 1;
+                                continue;
+                            }
+                        }
+                    } else {
+                        None
+                    };
+                    let size = body
+                        .as_deref()
+                        .map_or_else(|| event.entry_size(), envelope::entry_size);
                     if size > self.config.max_payload_bytes {
                         outcomes[end] = Some(Outcome::Failed(format!(
                             "entry is {size} bytes, over redis.max_payload_bytes ({})",
@@ -439,6 +472,7 @@ impl Publisher {
                     } else {
                         bytes += size;
                         call.push(end);
+                        bodies.extend(body);
                     }
                 }
                 end += 1;
@@ -447,8 +481,12 @@ impl Publisher {
                 let sent: Vec<(&StreamEvent, usize)> = call.iter().map(|&i| items[i]).collect();
                 // Traced events go out in spans of their traces.
                 let spans = trace::Spans::start(at.stream, &sent, self.config.traced);
+                if cloudevents {
+                    self.retrace(&sent, &spans, &mut bodies);
+                }
+                let bodies = cloudevents.then_some(bodies.as_slice());
                 let reply = self
-                    .invoke(at.stream, topic, &sent, maxlen, mark, &spans)
+                    .invoke(at.stream, topic, &sent, maxlen, mark, &spans, bodies)
                     .await;
                 spans.finish(&reply);
                 let replies = match reply? {
@@ -488,9 +526,24 @@ impl Publisher {
             .collect())
     }
 
+    /// The `cloudevent` fields of `sent`'s traced events, written again with the
+    /// `traceparent` of their publish spans.
+    fn retrace(&self, sent: &[(&StreamEvent, usize)], spans: &trace::Spans, bodies: &mut [String]) {
+        for (index, ((event, _), body)) in sent.iter().zip(bodies.iter_mut()).enumerate() {
+            let Some(headers) = spans.rewritten(index) else {
+                continue;
+            };
+            // The rewritten headers differ from checked ones in one trace id only.
+            if let Ok(traced) = self.config.envelopes.cloudevent(event, headers) {
+                *body = traced;
+            }
+        }
+    }
+
     /// One script call: appends `sent` (event, index of its chain) to `stream` with dedup;
     /// every entry's `topic` field is `topic`, sent once; traced events with the headers
-    /// `spans` gives them.
+    /// `spans` gives them; a CloudEvents topic's events as their `cloudevents` fields.
+    #[allow(clippy::too_many_arguments)]
     async fn invoke(
         &self,
         stream: &str,
@@ -499,6 +552,7 @@ impl Publisher {
         maxlen: u64,
         mark: Option<EntryId>,
         spans: &trace::Spans,
+        cloudevents: Option<&[String]>,
     ) -> Result<script::Reply, PublishError> {
         let now = Utc::now().timestamp().max(0) as u64;
         let script_call = ScriptCall {
@@ -511,6 +565,7 @@ impl Publisher {
             ttl: keys::dedup_ttl_secs(self.config.dedup_window),
             mark: mark.map(|m| m.to_string()).unwrap_or_default(),
             spans,
+            cloudevents,
         };
         let cmd = script_call.command(Verb::EvalSha);
         let mut conn = self.conn.clone();

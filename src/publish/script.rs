@@ -22,10 +22,12 @@ use super::{classify_reply, Outcome, PublishError, Verdict};
 /// KEYS: stream, current dedup set, previous dedup set, next dedup set, and when there is
 /// one, the retired set two buckets back (unlinked at the end: freed in the background).
 /// ARGV: ttl, maxlen (0 = none), n, topic, the stream's mark (the last entry id the relay
-/// appended there, empty when unknown), then per event [`PER_EVENT`] values: id (16
-/// bytes, the dedup member), chain (`k<n>` for a keyed chain, `u<n>` for an unkeyed event),
-/// then the `id`, `payload`, `headers`, `created_at` and `key` field values (`key` is ignored
-/// for an unkeyed chain).
+/// appended there, empty when unknown), the envelope (`c` for CloudEvents, empty for the
+/// fields), then per event [`PER_EVENT`] values: id (16 bytes, the dedup member), chain (`k<n>`
+/// for a keyed chain, `u<n>` for an unkeyed event), then the `id`, `payload`, `headers`,
+/// `created_at` and `key` field values (`key` is ignored for an unkeyed chain). A CloudEvents
+/// call sends the `cloudevent` field's value in place of `payload` and leaves the last three
+/// empty: its entries are `id` and `cloudevent`.
 /// Returns a status string with one letter per event (`p` published, `d` duplicate, `s`
 /// skipped, `e` failed), the id of the last entry appended (empty if none), then the message
 /// of each failure in order: a letter is cheaper to build, send and read than a string per
@@ -42,8 +44,9 @@ local maxlen = tonumber(ARGV[2])
 local n = tonumber(ARGV[3])
 local topic = ARGV[4]
 local mark = ARGV[5]
+local cloudevents = ARGV[6] == 'c'
 local PER = 7
-local BASE = 6
+local BASE = 7
 if mark ~= '' then
   local last, first = '', ''
   if redis.call('EXISTS', stream) == 1 then
@@ -76,6 +79,13 @@ for _, set in ipairs({cur, prev, nxt}) do
 end
 local function xadd(s, keyed)
   local a = ARGV
+  if cloudevents then
+    if maxlen > 0 then
+      return redis.pcall('XADD', stream, 'MAXLEN', '~', maxlen, '*', F_ID, a[s + 2],
+        F_CLOUDEVENT, a[s + 3])
+    end
+    return redis.pcall('XADD', stream, '*', F_ID, a[s + 2], F_CLOUDEVENT, a[s + 3])
+  end
   if maxlen > 0 then
     if keyed then
       return redis.pcall('XADD', stream, 'MAXLEN', '~', maxlen, '*', F_ID, a[s + 2],
@@ -137,13 +147,14 @@ return out
 pub const PER_EVENT: usize = 7;
 
 /// The template's stand-ins and the entry's field names they stand for.
-const FIELDS: [(&str, &str); 6] = [
+const FIELDS: [(&str, &str); 7] = [
     ("F_ID", field::ID),
     ("F_TOPIC", field::TOPIC),
     ("F_PAYLOAD", field::PAYLOAD),
     ("F_HEADERS", field::HEADERS),
     ("F_CREATED_AT", field::CREATED_AT),
     ("F_KEY", field::KEY),
+    ("F_CLOUDEVENT", field::CLOUDEVENT),
 ];
 
 /// The script's source: [`TEMPLATE`] with the entry's field names written in.
@@ -231,8 +242,13 @@ mod tests {
                 0,
                 "the template spells {quoted} itself instead of {stand_in}"
             );
-            // Each XADD variant names every field it writes: `key` only the two keyed ones.
-            let want = if name == field::KEY { 2 } else { 4 };
+            // Each XADD variant names every field it writes: `key` only the two keyed ones,
+            // `cloudevent` only the two CloudEvents ones, `id` all six.
+            let want = match name {
+                field::KEY | field::CLOUDEVENT => 2,
+                field::ID => 6,
+                _ => 4,
+            };
             assert_eq!(SOURCE.matches(&quoted).count(), want, "{quoted}");
         }
     }

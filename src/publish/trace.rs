@@ -34,9 +34,14 @@ impl Spans {
 
     /// The headers to send for event `index` of the call: rewritten when it is traced.
     pub(crate) fn headers<'a>(&'a self, index: usize, event: &'a StreamEvent) -> &'a str {
+        self.rewritten(index).unwrap_or(event.headers.as_str())
+    }
+
+    /// The rewritten headers of event `index`, when it is traced.
+    pub(crate) fn rewritten(&self, index: usize) -> Option<&str> {
         match self.traced.get(index) {
-            Some(Some((_, Some(headers)))) => headers,
-            _ => event.headers.as_str(),
+            Some(Some((_, Some(headers)))) => Some(headers),
+            _ => None,
         }
     }
 

@@ -35,15 +35,6 @@ headers = { type = "type" }
 /// The admin token of the relay whose pages are read.
 const ADMIN: &str = "adopt-admin-token-0123456789";
 
-/// A configuration file holding `toml`, kept as long as the returned directory.
-fn config_file(toml: &str) -> (tempfile::TempDir, String) {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("relay.toml");
-    std::fs::write(&path, toml).expect("write config");
-    let path = path.to_string_lossy().into_owned();
-    (dir, path)
-}
-
 /// A database with Debezium's table adopted by `migrate`, its Redis, the relays' settings and
 /// the configuration file (kept as long as `_dir`).
 struct Adopted {

@@ -94,6 +94,19 @@ fn bad_settings_exit_2_naming_the_setting() {
         &relay(&["run"], &[db, ("OUTBOX__ADMIN__ADDR", "0.0.0.0:8080")]),
         "admin.token",
     );
+    assert_config_error(
+        &relay(&["run"], &[db, ("OUTBOX__REDIS__ENVELOPE", "xml")]),
+        "redis.envelope",
+    );
+    assert_config_error(
+        &relay(
+            &["run"],
+            &[db, ("OUTBOX__REDIS__CLOUDEVENTS_SOURCE", "/a b")],
+        ),
+        "redis.cloudevents_source",
+    );
+    let (_topics, topics) = config_file("[[topics]]\nname = \"t\"\nenvelope = \"avro\"\n");
+    assert_config_error(&relay(&["run", "--config", &topics], &[db]), "topics");
     let dir = tempfile::tempdir().expect("tempdir");
     let file = dir.path().join("bad.toml");
     std::fs::write(&file, "[retention]\npublished_for = \"forever\"\n").expect("write");

@@ -36,6 +36,7 @@ fn publisher_at(url: &str, prefix: &str) -> Publisher {
         timeout: Duration::from_secs(5),
         durability: Default::default(),
         traced: false,
+        envelopes: Default::default(),
     };
     let conn = Publisher::connect(url, config.timeout).expect("redis url");
     Publisher::new(conn, config)

@@ -12,10 +12,6 @@ const PRODUCER_SPAN: &str = "00f067aa0ba902b7";
 /// The trace of a later event whose spans show that the earlier ones' spans have arrived.
 const MARKER_TRACE: &str = "0af7651916cd43dd8448eb211c80319c";
 
-/// OTLP's span kinds.
-const PRODUCER: i32 = 4;
-const CONSUMER: i32 = 5;
-
 /// The `traceparent` value in an entry's headers (JSON text).
 fn traceparent_in(headers: &str) -> Option<String> {
     let headers: serde_json::Value = serde_json::from_str(headers).ok()?;
@@ -27,12 +23,8 @@ async fn a_producers_trace_runs_through_the_publish_span_to_the_consumers_span()
     let receiver = OtlpReceiver::start().await;
     let db = TestDb::new().await;
     let redis = TestRedis::shared();
-    let otel = [
-        ("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint()),
-        ("OTEL_BSP_SCHEDULE_DELAY", "100".to_string()),
-    ];
-    let mut env = base_env(&db, &redis);
-    env.extend(otel.iter().map(|(k, v)| (k.to_string(), v.clone())));
+    let otel = receiver.env();
+    let mut env = receiver.relay_env(&db, &redis);
     env.push(("OTEL_SERVICE_NAME".into(), "relay-under-test".into()));
     let _relay = RelayProc::spawn("traces", &env);
     // A traced event (with a vendor's tracestate, and a number an f64 would round beside
@@ -79,7 +71,7 @@ async fn a_producers_trace_runs_through_the_publish_span_to_the_consumers_span()
         "a malformed traceparent is passed through untouched"
     );
     let stream = redis.stream("t0");
-    let publish = wait_for_span(&receiver, |s| s.kind == PRODUCER).await;
+    let publish = receiver.span(|s| s.kind == PRODUCER_KIND).await;
     assert_eq!(publish.service, "relay-under-test");
     assert_eq!(publish.trace_id, PRODUCER_TRACE);
     assert_eq!(publish.parent_span_id, PRODUCER_SPAN);
@@ -95,7 +87,7 @@ async fn a_producers_trace_runs_through_the_publish_span_to_the_consumers_span()
     let otel_env: Vec<(&str, &str)> = otel.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let _consumer =
         ExampleConsumer::spawn_with_env(&db, &redis, "t0", "traced", "c0", &[], &otel_env);
-    let process = wait_for_span(&receiver, |s| s.kind == CONSUMER).await;
+    let process = receiver.span(|s| s.kind == CONSUMER_KIND).await;
     assert_eq!(process.service, "inbox-consumer");
     assert_eq!(process.trace_id, PRODUCER_TRACE);
     assert_eq!(
@@ -124,26 +116,24 @@ async fn a_producers_trace_runs_through_the_publish_span_to_the_consumers_span()
          ('t0', '{{\"n\": 4}}', 'k', '{{\"traceparent\": \"00-{MARKER_TRACE}-b7ad6b7169203331-01\"}}')"
     ))
     .await;
-    wait_for_span(&receiver, |s| {
-        s.kind == PRODUCER && s.trace_id == MARKER_TRACE
-    })
-    .await;
-    wait_for_span(&receiver, |s| {
-        s.kind == CONSUMER && s.trace_id == MARKER_TRACE
-    })
-    .await;
+    receiver
+        .span(|s| s.kind == PRODUCER_KIND && s.trace_id == MARKER_TRACE)
+        .await;
+    receiver
+        .span(|s| s.kind == CONSUMER_KIND && s.trace_id == MARKER_TRACE)
+        .await;
     let spans: Vec<ReceivedSpan> = receiver
         .spans()
         .into_iter()
         .filter(|s| s.trace_id != MARKER_TRACE)
         .collect();
-    let publishes: Vec<&ReceivedSpan> = spans.iter().filter(|s| s.kind == PRODUCER).collect();
+    let publishes: Vec<&ReceivedSpan> = spans.iter().filter(|s| s.kind == PRODUCER_KIND).collect();
     assert_eq!(
         publishes.len(),
         1,
         "only the traced event has a publish span"
     );
-    let processed: Vec<&ReceivedSpan> = spans.iter().filter(|s| s.kind == CONSUMER).collect();
+    let processed: Vec<&ReceivedSpan> = spans.iter().filter(|s| s.kind == CONSUMER_KIND).collect();
     assert_eq!(
         processed.len(),
         3,
@@ -156,26 +146,6 @@ async fn a_producers_trace_runs_through_the_publish_span_to_the_consumers_span()
         .requests()
         .iter()
         .all(|r| r == "POST /v1/traces application/x-protobuf"));
-}
-
-async fn wait_for_span(
-    receiver: &OtlpReceiver,
-    which: impl Fn(&ReceivedSpan) -> bool,
-) -> ReceivedSpan {
-    let mut found = None;
-    wait_until(Duration::from_secs(30), || {
-        let spans = receiver.spans();
-        found = spans.iter().find(|s| which(s)).cloned();
-        let done = found.is_some();
-        async move {
-            match done {
-                true => Ok(()),
-                false => Err(format!("no such span among {spans:?}")),
-            }
-        }
-    })
-    .await;
-    found.expect("found")
 }
 
 /// `enqueue` inside a span recorded by OpenTelemetry (an SDK tracer, no exporter needed) writes

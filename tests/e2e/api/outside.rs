@@ -10,19 +10,6 @@ use std::process::Command;
 use super::dead_event;
 use crate::support::*;
 
-/// The virtualenv `make api-tools` fills.
-fn tool(name: &str) -> PathBuf {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("target/tools/api-venv/bin")
-        .join(name);
-    assert!(
-        path.exists(),
-        "{} is missing: `make api-tools` installs it (make test does)",
-        path.display()
-    );
-    path
-}
-
 /// tests/outside/, the tools' settings.
 fn outside() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/outside")
@@ -64,7 +51,7 @@ async fn schemathesis_finds_no_failure() {
     // Its working directory holds Hypothesis's example database: a fresh one each run, so a
     // run depends on the seed alone (and the checkout stays clean).
     let work = tempfile::tempdir().expect("temp dir");
-    let mut cmd = Command::new(tool("schemathesis"));
+    let mut cmd = Command::new(api_tool("schemathesis"));
     cmd.current_dir(work.path())
         .arg("--config-file")
         .arg(outside().join("schemathesis.toml"))
@@ -113,7 +100,7 @@ async fn a_generated_client_lists_events_and_retries_a_dead_one() {
     let doc = dir.path().join("openapi.json");
     let text = api.admin().get("/api/v1/openapi.json").body;
     std::fs::write(&doc, text).expect("write the document");
-    let mut generate = Command::new(tool("openapi-python-client"));
+    let mut generate = Command::new(api_tool("openapi-python-client"));
     generate
         .args(["generate", "--meta", "none", "--path"])
         .arg(&doc)
@@ -125,7 +112,7 @@ async fn a_generated_client_lists_events_and_retries_a_dead_one() {
     assert!(ok, "generating the client failed:\n{out}");
     // Every operation became a function: no endpoint was left out for a schema it could not read.
     assert!(!out.contains("will not be generated"), "{out}");
-    let mut check = Command::new(tool("python"));
+    let mut check = Command::new(api_tool("python"));
     check
         .arg(outside().join("client_check.py"))
         .arg(api.relay.url(""))

@@ -37,12 +37,14 @@ pub use self::events::{
     Events, Rounds,
 };
 pub use self::http::{form, Http, Resp};
-pub use self::otlp::{OtlpReceiver, ReceivedSpan};
+pub use self::otlp::{OtlpReceiver, ReceivedSpan, CONSUMER_KIND, PRODUCER_KIND};
 pub use self::pgbouncer::PgBouncer;
 pub use self::process::Logged;
 pub use self::proxy::Proxy;
 pub use self::redis::{server_binary, valkey_server, OwnRedis, TestRedis};
-pub use self::relay::{base_env, RelayProc, TokenRelay, ADMIN_TOKEN, BIN, READ_ONLY_TOKEN};
+pub use self::relay::{
+    base_env, config_file, RelayProc, TokenRelay, ADMIN_TOKEN, BIN, READ_ONLY_TOKEN,
+};
 pub use self::sentinel::{OwnSentinel, MASTER};
 pub use self::setup::{setup, setup_on, setup_with, Bundle};
 pub use self::tls::{Issued, TestCa};
@@ -52,4 +54,18 @@ pub use self::wait::{eventually, eventually_blocking, eventually_every, holds_fo
 pub fn free_port() -> u16 {
     let l = TcpListener::bind("127.0.0.1:0").expect("bind port 0");
     l.local_addr().expect("local addr").port()
+}
+
+/// `name` in the virtualenv `make api-tools` fills (target/tools/api-venv/bin): the outside
+/// tools (schemathesis, openapi-python-client, the CloudEvents SDK's Python).
+pub fn api_tool(name: &str) -> std::path::PathBuf {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("target/tools/api-venv/bin")
+        .join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: `make api-tools` installs it (make test does)",
+        path.display()
+    );
+    path
 }

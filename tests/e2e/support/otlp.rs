@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use http_body_util::{BodyExt, Full};
 use hyper::body::{Bytes, Incoming};
@@ -32,6 +33,11 @@ pub struct ReceivedSpan {
     /// OTLP's status code: 0 unset, 1 ok, 2 error.
     pub status: i32,
 }
+
+/// OTLP's `SpanKind` of a publish span.
+pub const PRODUCER_KIND: i32 = 4;
+/// OTLP's `SpanKind` of a processing span.
+pub const CONSUMER_KIND: i32 = 5;
 
 pub struct OtlpReceiver {
     pub port: u16,
@@ -76,8 +82,32 @@ impl OtlpReceiver {
         format!("http://127.0.0.1:{}", self.port)
     }
 
+    /// The environment of a process that exports its spans here within 100 ms of their end.
+    pub fn env(&self) -> [(&'static str, String); 2] {
+        [
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", self.endpoint()),
+            ("OTEL_BSP_SCHEDULE_DELAY", "100".to_string()),
+        ]
+    }
+
+    /// A test relay's settings ([`super::base_env`]) exporting its spans here.
+    pub fn relay_env(&self, db: &super::TestDb, redis: &super::TestRedis) -> Vec<(String, String)> {
+        let mut env = super::base_env(db, redis);
+        env.extend(self.env().map(|(k, v)| (k.to_string(), v)));
+        env
+    }
+
     pub fn spans(&self) -> Vec<ReceivedSpan> {
         self.spans.lock().expect("lock").clone()
+    }
+
+    /// The first span received that `which` accepts, waited for up to 30 s.
+    pub async fn span(&self, which: impl Fn(&ReceivedSpan) -> bool) -> ReceivedSpan {
+        super::eventually(Duration::from_secs(30), "such a span", || {
+            let found = self.spans().into_iter().find(|s| which(s));
+            async move { found }
+        })
+        .await
     }
 
     /// Each request as `METHOD path content-type`.

@@ -42,6 +42,15 @@ impl std::ops::DerefMut for RelayProc {
     }
 }
 
+/// A configuration file holding `toml`, kept as long as the returned directory.
+pub fn config_file(toml: &str) -> (tempfile::TempDir, String) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("relay.toml");
+    std::fs::write(&path, toml).expect("write config");
+    let path = path.to_string_lossy().into_owned();
+    (dir, path)
+}
+
 /// Settings every test relay gets, tuned for quick tests.
 pub fn base_env(db: &TestDb, redis: &TestRedis) -> Vec<(String, String)> {
     let cluster = redis
