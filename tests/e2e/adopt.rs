@@ -1,7 +1,8 @@
 //! Adopted tables (contract section 12): an existing outbox table, Debezium's layout or a
 //! team's own, published by the relay with every row a committing transaction inserted (also
 //! rows it deleted again), nothing from before `migrate`, nothing rolled back; bad rows refused
-//! naming the column; `run` refused while the settings and what `migrate` prepared differ.
+//! naming the column; `run` refused while the settings and what `migrate` prepared differ;
+//! upserts publish only what they inserted; a replay resends adopted events.
 
 use std::collections::{HashMap, HashSet};
 use std::process::{Command, Output};
@@ -65,8 +66,13 @@ impl Adopted {
 
 /// `outbox-relay <command>` with `env` and the configuration at `config`, to its end.
 fn relay_command(command: &str, config: &str, env: &[(String, String)]) -> Output {
+    relay_command_with(&[command], config, env)
+}
+
+/// [`relay_command`] with arguments after the command.
+fn relay_command_with(args: &[&str], config: &str, env: &[(String, String)]) -> Output {
     Command::new(BIN)
-        .arg(command)
+        .args(args)
         .env_clear()
         .env("PATH", std::env::var("PATH").expect("PATH"))
         .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
@@ -530,4 +536,80 @@ headers = { type = "kind", traceparent = "trace" }
     }
     assert_eq!(seen, 200);
     drop(relay);
+}
+
+/// An upsert publishes the rows it inserted, not those it updated or skipped; a replay of an
+/// adopted topic sends its events again, in order, from the copies in `outbox`, even once the
+/// table's own rows are gone.
+#[tokio::test(flavor = "multi_thread")]
+async fn upserts_publish_what_they_inserted_and_a_replay_resends_adopted_events() {
+    let Adopted {
+        db,
+        redis,
+        env,
+        config,
+        _dir,
+    } = Adopted::debezium().await;
+    let [a, b, c] = [0; 3].map(|_| uuid::Uuid::new_v4());
+    let row = |id: uuid::Uuid, n: u32| {
+        format!("('{id}', 'order', 'o1', 'OrderChanged', '{{\"n\": {n}}}')")
+    };
+    db.exec(&format!("INSERT INTO outboxevent VALUES {}", row(a, 1)))
+        .await;
+    db.exec(&format!(
+        "INSERT INTO outboxevent VALUES {}, {} ON CONFLICT (id) DO NOTHING",
+        row(a, 99),
+        row(b, 2)
+    ))
+    .await;
+    db.exec(&format!(
+        "INSERT INTO outboxevent VALUES {}, {} ON CONFLICT (id) DO UPDATE SET payload = EXCLUDED.payload",
+        row(a, 98),
+        row(c, 3)
+    ))
+    .await;
+    let relay = RelayProc::spawn_with_config("r1", &env, &config);
+    db.wait_until_published(Duration::from_secs(60)).await;
+    let published = |entries: &[HashMap<String, String>]| -> Vec<(String, String)> {
+        entries
+            .iter()
+            .map(|e| (e["id"].clone(), e["payload"].clone()))
+            .collect()
+    };
+    let want: Vec<(String, String)> = [(a, 1), (b, 2), (c, 3)]
+        .iter()
+        .map(|(id, n)| (id.to_string(), format!("{{\"n\": {n}}}")))
+        .collect();
+    let entries = redis.entries("outbox.event.order").await;
+    assert_eq!(
+        published(&entries),
+        want,
+        "inserted rows once, in order; no update"
+    );
+
+    // The producer's table emptied (Debezium's own clean-up): the copies replay.
+    db.exec("DELETE FROM outboxevent").await;
+    let out = relay_command_with(
+        &["replay", "outbox.event.order", "--since", "1h"],
+        &config,
+        &env,
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        r#"{"replayed":3}"#
+    );
+    eventually(Duration::from_secs(30), "the replayed entries", || async {
+        redis.xlen("outbox.event.order").await >= 6
+    })
+    .await;
+    relay.wait_for_a_claim_cycle(Duration::from_secs(10)).await;
+    let entries = redis.entries("outbox.event.order").await;
+    assert_eq!(entries.len(), 6, "each event replayed once");
+    assert_eq!(published(&entries[3..]), want, "the replay, in order");
 }
