@@ -67,11 +67,12 @@ pub async fn run_until(
     let addr = settings.admin_addr()?;
     let (relay_db, admin_db) = open_databases(&settings, &url);
     let configured = settings.configured_partitions();
+    let parking = settings.parking_topics();
     // Refuse at once when Postgres answers; when it does not, the check goes on beside the
     // relay, which publishes by the recorded counts meanwhile.
     let first = tokio::time::timeout(
         Duration::from_secs(2),
-        check_recorded(&admin_db, &configured, &settings.tables),
+        check_recorded(&admin_db, &configured, &parking, &settings.tables),
     )
     .await;
     let check_db = admin_db.clone();
@@ -80,7 +81,7 @@ pub async fn run_until(
         match first {
             Ok(Ok(None)) => std::future::pending().await,
             Ok(Ok(Some(refused))) => refused,
-            Ok(Err(_)) | Err(_) => recorded_check(check_db, configured, tables).await,
+            Ok(Err(_)) | Err(_) => recorded_check(check_db, configured, parking, tables).await,
         }
     };
     let mut partitions = std::pin::pin!(partitions);
@@ -158,10 +159,12 @@ pub async fn run_until(
 
 /// Records the configured partition counts of new topics and compares the others with the
 /// recorded ones: the refusal of a count that differs (the relay would split a topic's keys
-/// differently from the streams its consumers read), if any.
+/// differently from the streams its consumers read), if any. Records which topics park their
+/// keys on a dead event (`parking`).
 async fn check_recorded(
     db: &db::Db,
     configured: &HashMap<String, u32>,
+    parking: &[String],
     tables: &[crate::config::TableSpec],
 ) -> Result<Option<ConfigError>, db::DbError> {
     let drift = db
@@ -174,7 +177,11 @@ async fn check_recorded(
         }));
     }
     let mismatches = db
-        .unit(async |c| db::topics::record_partitions(c, configured).await)
+        .unit(async |c| {
+            let mismatches = db::topics::record_partitions(c, configured).await?;
+            db::topics::record_parking(c, parking).await?;
+            Ok::<_, db::DbError>(mismatches)
+        })
         .await?;
     Ok(mismatches.into_iter().next().map(|m| ConfigError {
         setting: "topics".into(),
@@ -190,11 +197,12 @@ async fn check_recorded(
 async fn recorded_check(
     db: db::Db,
     configured: HashMap<String, u32>,
+    parking: Vec<String>,
     tables: Vec<crate::config::TableSpec>,
 ) -> ConfigError {
     let mut failures = 0u32;
     loop {
-        match check_recorded(&db, &configured, &tables).await {
+        match check_recorded(&db, &configured, &parking, &tables).await {
             Ok(Some(refused)) => return refused,
             Ok(None) => return std::future::pending().await,
             Err(e) => {

@@ -227,6 +227,14 @@ pub fn topics_setting(partitions: u32) -> String {
         .join(",")
 }
 
+/// `OUTBOX__TOPICS` giving every workload topic `park_on_dead` (as inline TOML tables).
+pub fn parking_setting() -> String {
+    let tables: Vec<String> = (0..TOPICS)
+        .map(|t| format!("{{name=\"bench.topic{t}\", park_on_dead=true}}"))
+        .collect();
+    format!("[{}]", tables.join(", "))
+}
+
 /// The shape of the preloaded backlog.
 #[derive(Debug, Clone, Copy)]
 pub enum Shape {

@@ -10,7 +10,8 @@
 //! XADD and one UPDATE per event) and the ceiling (the relay's own SQL with the Redis step
 //! removed). The adoption scenario drains a backlog written into an adopted Debezium-layout
 //! table beside the native one, and times a producer's inserts with and without adoption;
-//! beside it, the same drain with every topic written as CloudEvents.
+//! beside it, the same drain with every topic written as CloudEvents, and with `park_on_dead`
+//! on every topic.
 //!
 //! Map of the crate:
 //! - [`cli`]: the flags, and the [`BenchOptions`] they make.

@@ -194,6 +194,7 @@ impl Report {
                 "cloudevents: drain",
                 true,
             ),
+            ("park_on_dead / default drain", "parking: drain", true),
             (
                 "adopted / native drain",
                 "adopted table: drain, plain",

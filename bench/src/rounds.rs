@@ -36,6 +36,9 @@ pub const PRODUCER_OUTBOX: &str = "producer inserts: into outbox";
 /// The keep-rows drain with every topic written as CloudEvents.
 pub const CLOUDEVENTS: &str = "cloudevents: drain (keep rows)";
 
+/// The keep-rows drain with `park_on_dead` on every topic (nothing dead: the probe's cost).
+pub const PARKING: &str = "parking: drain, park_on_dead";
+
 /// The fleet scenario's drains: relay only, then to the consumers dividing the partitions.
 const FLEET_RELAY: &str = "fleet: relay-only drain, 8 partitions";
 const FLEET_E2E: &str = "fleet: drain to 3 inbox consumers, 8 partitions";
@@ -210,9 +213,17 @@ async fn one_round(
         || options.wants("endtoend")
         || options.wants("adopt")
         || options.wants("cloudevents")
+        || options.wants("parking")
     {
         let r = harness::drain(env, n, 1, Shape::Mixed, &[]).await;
         runs.add("drain (keep rows)", r);
+    }
+    if options.wants("parking") {
+        // Right after the default drain, as the envelope's.
+        let topics = harness::parking_setting();
+        let parking = [("OUTBOX__TOPICS", topics.as_str())];
+        let r = harness::drain(env, n, 1, Shape::Mixed, &parking).await;
+        runs.add(PARKING, r);
     }
     if options.wants("cloudevents") || options.wants("adopt") {
         // Right after the default drain: the envelope's ratio compares one minute of the

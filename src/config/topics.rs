@@ -1,5 +1,5 @@
-//! Topics as configuration: TOML `[[topics]]` tables with `name`, `partitions` (default 1) and
-//! `envelope` (default `redis.envelope`), or `OUTBOX__TOPICS` as comma-separated `topic:N`
+//! Topics as configuration: TOML `[[topics]]` tables with `name`, `partitions` (default 1),
+//! `envelope` (default `redis.envelope`) and `park_on_dead` (default false), or `OUTBOX__TOPICS` as comma-separated `topic:N`
 //! pairs. A topic not listed has one partition and keeps the stream `<prefix><topic>`; one
 //! with N > 1 has the streams `<prefix><topic>:0` to `<prefix><topic>:N-1`.
 
@@ -24,6 +24,10 @@ pub struct TopicSpec {
     /// How its entries are written, when not as `redis.envelope` says.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub envelope: Option<Envelope>,
+    /// Once an event of the topic is dead, its key's later events wait (not published, no
+    /// attempt spent) until it is retried and published, or discarded.
+    #[serde(default)]
+    pub park_on_dead: bool,
 }
 
 fn one() -> u32 {
@@ -42,6 +46,7 @@ impl Pair for TopicSpec {
             name: topic.to_string(),
             partitions,
             envelope: None,
+            park_on_dead: false,
         })
     }
 }
@@ -89,6 +94,15 @@ impl Settings {
             .collect()
     }
 
+    /// The listed topics with `park_on_dead`.
+    pub fn parking_topics(&self) -> Vec<String> {
+        self.topics
+            .iter()
+            .filter(|t| t.park_on_dead)
+            .map(|t| t.name.clone())
+            .collect()
+    }
+
     /// The configured partition count of each listed topic.
     pub fn configured_partitions(&self) -> std::collections::HashMap<String, u32> {
         self.topics
@@ -120,11 +134,13 @@ mod tests {
                     name: "orders".into(),
                     partitions: 8,
                     envelope: None,
+                    park_on_dead: false,
                 },
                 TopicSpec {
                     name: "eu:payments".into(),
                     partitions: 4,
                     envelope: None,
+                    park_on_dead: false,
                 }
             ]
         );
@@ -142,6 +158,7 @@ mod tests {
             name: name.into(),
             partitions,
             envelope: None,
+            park_on_dead: false,
         };
         assert!(check(&[t("orders", 0)])
             .expect_err("0")

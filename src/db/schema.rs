@@ -56,6 +56,8 @@ diesel::table! {
         updated_at -> Timestamptz,
         maxlen -> Nullable<Int8>,
         partitions -> Nullable<Int4>,
+        repair_below -> Nullable<Int8>,
+        park_on_dead -> Bool,
     }
 }
 

@@ -261,6 +261,22 @@ pub struct PartitionMismatch {
     pub configured: u32,
 }
 
+/// Records which topics park their keys on a dead event: `parking` (listed by
+/// [`record_partitions`] already) and no other.
+pub async fn record_parking(
+    conn: &mut AsyncPgConnection,
+    parking: &[String],
+) -> Result<(), DbError> {
+    diesel::sql_query(
+        "UPDATE outbox_topics SET park_on_dead = (topic = ANY($1))
+         WHERE park_on_dead IS DISTINCT FROM (topic = ANY($1))",
+    )
+    .bind::<Array<Text>, _>(parking)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
 /// Records the configured partition counts of topics new to the registry, and one partition
 /// for topics registered before any count was recorded (they were published to one stream);
 /// then returns every topic whose recorded count differs from `configured` (a topic not in it

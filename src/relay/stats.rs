@@ -1,4 +1,4 @@
-//! The backlog sampler: sets the pending, dead and oldest-pending-age gauges from Postgres
+//! The backlog sampler: sets the pending, dead, parked and oldest-pending-age gauges from Postgres
 //! every few seconds, so a Prometheus scrape never queries the database; gives `/healthz` the
 //! pending count; and makes every known topic's counters exist before its first publish.
 
@@ -37,13 +37,17 @@ impl Job for BacklogSampler {
         let db = self.db.clone();
         let health = self.health.clone();
         async move {
-            let backlog = db
+            let (backlog, parked) = db
                 .unit(async |c| {
                     let backlog = outbox::backlog(c).await?;
+                    let parked = outbox::parked::held_per_topic(c).await?;
                     register_topics(c).await?;
-                    Ok::<_, DbError>(backlog)
+                    Ok::<_, DbError>((backlog, parked))
                 })
                 .await?;
+            for (topic, held) in parked {
+                crate::telemetry::parked_events(&topic, held);
+            }
             crate::telemetry::backlog(
                 backlog.pending,
                 backlog.dead,

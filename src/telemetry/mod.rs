@@ -111,6 +111,10 @@ pub fn install_metrics() -> Option<PrometheusHandle> {
     );
     metrics::describe_gauge!("outbox_events_dead", "Dead-lettered events");
     metrics::describe_gauge!(
+        "outbox_parked_events",
+        "Pending events held behind a dead event of their key (topics with park_on_dead)"
+    );
+    metrics::describe_gauge!(
         "outbox_oldest_pending_age_seconds",
         "Age of the oldest pending event"
     );
@@ -407,6 +411,11 @@ pub fn job_failed_quietly(job: ActorName, error: &dyn Display) {
 pub fn retention_deleted(rows: usize) {
     counter!("outbox_retention_deleted_total").increment(rows as u64);
     tracing::debug!(rows, "retention deleted published rows");
+}
+
+/// A fresh sample of a parking topic's held events.
+pub fn parked_events(topic: &str, held: i64) {
+    gauge!("outbox_parked_events", "topic" => topic.to_string()).set(held as f64);
 }
 
 /// A fresh backlog sample.

@@ -27,6 +27,7 @@
 //! | [`memory`] | memory back-pressure: above `redis.max_memory_ratio` publishing is held, then resumes |
 //! | [`sentinel`] | Redis behind Sentinel: the relay, an inbox consumer and `tail` follow a failover; passwords |
 //! | [`pg_outage`] | a Postgres outage (own server): the process survives, recovery |
+//! | [`parking`] | `park_on_dead`: a dead event holds its key's later events (no attempt spent) while other keys and a topic without the setting flow; the parked-keys API, `outbox_parked_events` and the oldest-pending age; a discard, and a retry that publishes, release the key in order; partitions and two relays |
 //! | [`poison`] | failing events retried then dead while others flow; a key waits for its head |
 //! | [`replay`] | a topic's published events of a time range sent again, in order, through the API, the CLI and the UI, audited; a bad time refused |
 //! | [`lease`] | a hung replica's claim taken over; claim slots; poll-only; NOTIFY off |
@@ -67,6 +68,7 @@ mod loss;
 mod memory;
 mod ordering;
 mod outage;
+mod parking;
 mod partitions;
 mod pg_outage;
 mod pgbouncer;

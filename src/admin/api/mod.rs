@@ -12,6 +12,7 @@ pub mod dead;
 pub mod error;
 pub mod events;
 pub mod openapi;
+pub mod parked;
 pub mod replicas;
 pub mod stats;
 pub mod topics;
@@ -63,6 +64,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
             .service(
                 resource("/topics/{topic}/resume", "POST").route(web::post().to(topics::resume)),
             )
+            .service(resource("/topics/{topic}/parked", "GET").route(web::get().to(parked::list)))
             .service(
                 resource("/topics/{topic}/replay", "POST").route(web::post().to(topics::replay)),
             )

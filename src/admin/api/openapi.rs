@@ -12,7 +12,7 @@ use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 use utoipa::openapi::{Content, Ref, RefOr};
 use utoipa::{Modify, OpenApi, PartialSchema, ToSchema};
 
-use super::{audit, dead, events, replicas, stats, topics};
+use super::{audit, dead, events, parked, replicas, stats, topics};
 
 /// The API's OpenAPI document.
 #[derive(OpenApi)]
@@ -23,6 +23,7 @@ use super::{audit, dead, events, replicas, stats, topics};
         events::list, events::enqueue, events::get, events::retry, events::discard, events::timeline,
         dead::groups, dead::retry, dead::discard,
         topics::list, topics::get, topics::put, topics::pause, topics::resume, topics::replay,
+        parked::list,
         replicas::list,
         audit::list,
         document,

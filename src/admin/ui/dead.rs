@@ -1,5 +1,6 @@
-//! The Dead letters page: failures grouped by error fingerprint, the latest dead events, and
-//! retry or discard of one event, one group, or everything matching a filter.
+//! The Dead letters page: failures grouped by error fingerprint, the keys dead events park
+//! (topics with `park_on_dead`) with their held counts, the latest dead events, and retry or
+//! discard of one event, one group, or everything matching a filter.
 //!
 //! Every action goes through a confirmation page that first counts what it would touch (a
 //! dry run with `db::outbox::dead::count`), then posts to `/dead/apply`, which calls the same
@@ -18,6 +19,7 @@ use crate::admin::actions::{check_dead_filter, ActionError};
 use crate::admin::AdminState;
 use crate::db::outbox::browse;
 use crate::db::outbox::dead::{self, DeadAction, DeadFilter};
+use crate::db::outbox::parked;
 use crate::db::DbError;
 
 /// Dead events listed under the groups.
@@ -192,12 +194,13 @@ pub async fn page(
 ) -> Result<HttpResponse, UiError> {
     let t = &q.target;
     let filter = t.filter()?;
-    let (groups, latest) = {
+    let (groups, latest, parked) = {
         state
             .db
             .unit(async |c| {
                 let groups = dead::groups(c, &filter).await?;
-                Ok::<_, DbError>((groups, dead::latest(c, &filter, LATEST).await?))
+                let latest = dead::latest(c, &filter, LATEST).await?;
+                Ok::<_, DbError>((groups, latest, parked::parked_keys(c, None).await?))
             })
             .await?
     };
@@ -248,6 +251,28 @@ pub async fn page(
                     @if groups.is_empty() { tr { td.empty colspan="5" { "No dead letters. " } } }
                 }
             } }
+            @if !parked.is_empty() {
+                h2 { "Parked keys" }
+                p.muted { "On topics with " code { "park_on_dead" } ", a key's later events wait behind its dead event until it is retried and published, or discarded." }
+                div.scroll { table #parked {
+                    thead { tr { th { "Topic" } th { "Key" } th { "Dead event" } th.num { "Held" } th {} } }
+                    tbody {
+                        @for k in &parked {
+                            @let one = Target { id: k.dead_id.to_string(), ..Target::default() };
+                            tr {
+                                td { (k.topic) }
+                                td { code { (k.key) } }
+                                td { a href={ "/events/" (k.dead_id) } { code { (k.dead_id) } } }
+                                td.num { strong { (layout::count(k.held)) } }
+                                td { @if can { div.actions {
+                                    a.button.small href={ "/dead/confirm?" (one.query(Some("retry"))) } { "Retry…" }
+                                    a.button.small href={ "/dead/confirm?" (one.query(Some("discard"))) } { "Discard…" }
+                                } } }
+                            }
+                        }
+                    }
+                } }
+            }
             h2 { "Latest matching dead events" }
             (event_pages::table(&latest, None, "None."))
         }

@@ -13,6 +13,7 @@ use diesel::QueryableByName;
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use uuid::Uuid;
 
+use super::PARKED_SQL;
 use crate::db::DbError;
 use outbox_core::prepared::prepared;
 
@@ -168,15 +169,19 @@ pub enum HeadScan {
 
 /// Locks up to `limits` of claimable heads among the rows `scan` names; see [`HeadScan`].
 /// Claimable: pending, due, topic not paused (nor behind its repair barrier, see
-/// `relay::repair`), and no earlier pending event of the same key.
+/// `relay::repair`), key not parked ([`super::parked`]), and no earlier pending event of the
+/// same key.
 pub async fn claim_heads(
     conn: &mut AsyncPgConnection,
     limits: BatchLimits,
     scan: HeadScan,
 ) -> Result<Vec<ClaimedRow>, DbError> {
-    const FILTER: &str = "o.published_at IS NULL AND o.dead_at IS NULL AND o.available_at <= now()
+    let filter = format!(
+        "o.published_at IS NULL AND o.dead_at IS NULL AND o.available_at <= now()
            AND NOT EXISTS (SELECT 1 FROM outbox_topics t
-                       WHERE t.topic = o.topic AND (t.paused OR o.seq > t.repair_below))";
+                       WHERE t.topic = o.topic AND (t.paused OR o.seq > t.repair_below))
+           AND NOT {PARKED_SQL}"
+    );
     let (sql, window) = match scan {
         // The window is the oldest pending rows, so a key's first row in it is the key's
         // first pending row: heads come from the window alone, with no probe per row. (The
@@ -205,7 +210,7 @@ pub async fn claim_heads(
                  SELECT * FROM (
                      SELECT f.* FROM h CROSS JOIN LATERAL (
                          SELECT {COLUMNS} FROM outbox o
-                         WHERE o.seq = h.seq AND {FILTER}
+                         WHERE o.seq = h.seq AND {filter}
                          FOR UPDATE OF o SKIP LOCKED) AS f
                      LIMIT $1) AS claimed"
             ),
@@ -225,7 +230,7 @@ pub async fn claim_heads(
                          SELECT min(p.seq) FROM outbox p
                          WHERE p.topic = o.topic AND p.partition_key = o.partition_key
                            AND p.published_at IS NULL AND p.dead_at IS NULL))
-                   AND {FILTER}
+                   AND {filter}
                  ORDER BY o.seq
                  LIMIT $1
                  FOR UPDATE OF o SKIP LOCKED"
@@ -240,9 +245,9 @@ pub async fn claim_heads(
     Ok(prepared(query).load(conn).await?)
 }
 
-/// True when the oldest `window` pending rows hold an event that is not due yet or whose
-/// topic is paused (or waits behind its repair barrier): the cases where nothing in the window may be claimable for a while,
-/// so the claimer must look past it.
+/// True when the oldest `window` pending rows hold an event that is not due yet, whose topic
+/// is paused (or waits behind its repair barrier) or whose key is parked: the cases where
+/// nothing in the window may be claimable for a while, so the claimer must look past it.
 pub async fn window_has_waiting(
     conn: &mut AsyncPgConnection,
     window: i64,
@@ -253,7 +258,7 @@ pub async fn window_has_waiting(
         waiting: bool,
     }
     let row: Waiting = prepared(
-        diesel::sql_query(
+        diesel::sql_query(format!(
             "SELECT EXISTS (
              SELECT 1 FROM (
                  SELECT seq FROM outbox
@@ -263,8 +268,9 @@ pub async fn window_has_waiting(
              WHERE o.available_at > now()
                 OR EXISTS (SELECT 1 FROM outbox_topics t
                            WHERE t.topic = o.topic AND (t.paused OR o.seq > t.repair_below))
-         ) AS waiting",
-        )
+                OR {PARKED_SQL}
+         ) AS waiting"
+        ))
         .bind::<BigInt, _>(window),
     )
     .get_result(conn)
@@ -300,7 +306,7 @@ pub async fn claim_runs(
          CROSS JOIN LATERAL (
              SELECT {COLUMNS} FROM outbox o
              WHERE o.topic = h.topic AND o.partition_key = h.partition_key AND o.seq > h.seq
-               AND o.published_at IS NULL AND o.dead_at IS NULL
+               AND o.published_at IS NULL AND o.dead_at IS NULL AND NOT {PARKED_SQL}
                AND NOT EXISTS (
                    SELECT 1 FROM outbox p
                    WHERE p.topic = h.topic AND p.partition_key = h.partition_key

@@ -6,7 +6,7 @@ use diesel::sql_types::{BigInt, Bool, Double, Nullable, Text};
 use diesel::QueryableByName;
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
-use super::OLDEST_DUE_AGE_SQL;
+use super::oldest_due_age_sql;
 use crate::db::DbError;
 
 /// The counts of one topic, and its settings.
@@ -113,7 +113,8 @@ pub async fn flight(conn: &mut AsyncPgConnection) -> Result<Flight, DbError> {
             WHERE published_at IS NULL AND dead_at IS NULL AND xmax <> '0'::xid
               AND xmax = ANY (ARRAY(SELECT backend_xid FROM pg_stat_activity
                                     WHERE backend_xid IS NOT NULL))) AS in_flight,
-           {OLDEST_DUE_AGE_SQL}"
+           {}",
+        oldest_due_age_sql()
     ))
     .get_result(conn)
     .await?)

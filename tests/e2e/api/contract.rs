@@ -310,6 +310,7 @@ async fn openapi_document_lists_every_route_and_each_is_served() {
         ("put", "/api/v1/topics/{topic}"),
         ("post", "/api/v1/topics/{topic}/pause"),
         ("post", "/api/v1/topics/{topic}/resume"),
+        ("get", "/api/v1/topics/{topic}/parked"),
         ("post", "/api/v1/topics/{topic}/replay"),
         ("get", "/api/v1/replicas"),
         ("get", "/api/v1/audit"),

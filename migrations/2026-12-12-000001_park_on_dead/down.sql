@@ -1,0 +1,2 @@
+DROP INDEX outbox_parking_idx;
+ALTER TABLE outbox_topics DROP COLUMN park_on_dead;
