@@ -613,3 +613,85 @@ async fn upserts_publish_what_they_inserted_and_a_replay_resends_adopted_events(
     assert_eq!(entries.len(), 6, "each event replayed once");
     assert_eq!(published(&entries[3..]), want, "the replay, in order");
 }
+
+/// `park_on_dead` holds an adopted table's key like any other: the rows after a dead one wait
+/// (no attempt spent) until it is discarded, then go out in their order.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_dead_row_of_an_adopted_table_parks_its_key_until_discarded() {
+    let Adopted {
+        db,
+        redis,
+        mut env,
+        _dir,
+        ..
+    } = Adopted::debezium().await;
+    let (_parking, config) = config_file(&format!(
+        "{DEBEZIUM_ENTRY}
+[redis]
+max_payload_bytes = 2000
+
+[retry]
+max_attempts = 1
+
+[[topics]]
+name = \"outbox.event.order\"
+park_on_dead = true
+"
+    ));
+    db.exec(
+        "INSERT INTO outboxevent
+         SELECT gen_random_uuid(), 'order', 'o' || k, 'OrderChanged',
+                jsonb_build_object('n', n,
+                    'pad', CASE WHEN k = 1 AND n = 3 THEN repeat('x', 5000) ELSE '' END)
+         FROM generate_series(1, 6) AS n, generate_series(0, 2) AS k ORDER BY n, k",
+    )
+    .await;
+    env.push(("OUTBOX__ADMIN__TOKEN".into(), ADMIN.into()));
+    let relay = RelayProc::spawn_with_config("r1", &env, &config);
+    db.wait_for(
+        "SELECT count(*) FROM outbox WHERE published_at IS NOT NULL",
+        14,
+        Duration::from_secs(60),
+    )
+    .await;
+    db.wait_for(
+        "SELECT count(*) FROM outbox WHERE dead_at IS NOT NULL",
+        1,
+        Duration::from_secs(30),
+    )
+    .await;
+    relay.wait_for_a_claim_cycle(Duration::from_secs(10)).await;
+    let admin = relay.http().bearer(ADMIN);
+    let parked = admin.get("/api/v1/topics/outbox.event.order/parked");
+    assert_eq!(parked.status, 200, "{}", parked.body);
+    assert_eq!(parked.json["keys"][0]["key"], "o1", "{}", parked.body);
+    assert_eq!(parked.json["keys"][0]["held"], 3, "{}", parked.body);
+    let order = |entries: &[HashMap<String, String>]| -> Vec<i64> {
+        entries
+            .iter()
+            .filter(|e| e["key"] == "o1")
+            .map(|e| {
+                let payload: serde_json::Value =
+                    serde_json::from_str(&e["payload"]).expect("payload");
+                payload["n"].as_i64().expect("n")
+            })
+            .collect()
+    };
+    assert_eq!(order(&redis.entries("outbox.event.order").await), [1, 2]);
+    let dead = parked.json["keys"][0]["dead_id"]
+        .as_str()
+        .expect("dead id")
+        .to_string();
+    let res = admin.post(&format!("/api/v1/events/{dead}/discard"), None);
+    assert_eq!(res.status, 200, "{}", res.body);
+    db.wait_for(
+        "SELECT count(*) FROM outbox WHERE published_at IS NOT NULL",
+        17,
+        Duration::from_secs(30),
+    )
+    .await;
+    assert_eq!(
+        order(&redis.entries("outbox.event.order").await),
+        [1, 2, 4, 5, 6]
+    );
+}

@@ -5,7 +5,7 @@
 //!
 //! | module | covers |
 //! |---|---|
-//! | [`adopt`] | adopted tables: a Debezium-layout table published row by row (insert-then-delete included, rollbacks and older rows not) and shown by the admin, a bigint id and a text payload, bad inserts refused naming the column, drift and release, three relays SIGKILLed in turn, a producer role with rights on its own table only, a team's own table (schema-qualified, `created_at` and headers mapped) on a partitioned topic, upserts (only inserted rows), a replay of adopted events after the table emptied |
+//! | [`adopt`] | adopted tables: a Debezium-layout table published row by row (insert-then-delete included, rollbacks and older rows not) and shown by the admin, a bigint id and a text payload, bad inserts refused naming the column, drift and release, three relays SIGKILLed in turn, a producer role with rights on its own table only, a team's own table (schema-qualified, `created_at` and headers mapped) on a partitioned topic, upserts (only inserted rows), a replay of adopted events after the table emptied, a dead row parking its key (`park_on_dead`) until discarded |
 //! | [`cloudevents`] | the CloudEvents envelope: entries of `id` + `cloudevent` read by the CloudEvents SDK attribute by attribute, by `tail` and by the consumer library (typed payloads, the attributes on `Entry`, a partitioned topic); the inbox example SIGKILLed, each event once; a traced event's span chain |
 //! | [`delivery`] | exactly once with intact fields, rollbacks, delete mode, no prepared statements, `available_at`, maxlen |
 //! | [`durability`] | `redis.wait_replicas` and `redis.wait_fsync`: nothing marked published before Redis confirmed as asked; a Redis that cannot confirm leaves the relay not ready, sending nothing |
