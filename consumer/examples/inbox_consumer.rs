@@ -53,6 +53,10 @@ struct Args {
     /// Deliveries after which a failing entry goes to the dead stream.
     #[arg(long, default_value_t = 5)]
     max_deliveries: u64,
+    /// Once an entry is dead-lettered, hold its key's later entries until an operator
+    /// discards or redrives it (the library's `park_keys`).
+    #[arg(long)]
+    park_keys: bool,
     /// The relay's stream prefix.
     #[arg(long, env = "OUTBOX__REDIS__STREAM_PREFIX", default_value = "outbox:")]
     stream_prefix: String,
@@ -174,6 +178,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         .cluster(args.cluster)
         .claim_idle(args.claim_idle)
         .max_deliveries(args.max_deliveries)
+        .park_keys(args.park_keys)
         .batch_size(args.batch_size)
         .concurrency(args.concurrency)
         .retry(args.retry_base, retry_max.max(args.retry_base));

@@ -61,6 +61,9 @@ pub struct ConsumerConfig {
     /// Cap of that wait. Keep it below `claim_idle`, or other consumers take the entry (and
     /// the rest of its key) while this one waits.
     pub(crate) retry_max: Duration,
+    /// Park a key once one of its entries is dead-lettered: its later entries do not take
+    /// effect in this group until an operator discards or redrives the dead one.
+    pub(crate) park_keys: bool,
 }
 
 /// A setting that cannot work.
@@ -100,6 +103,7 @@ impl ConsumerConfig {
             concurrency: 16,
             retry_base: Duration::from_millis(200),
             retry_max: Duration::from_secs(10),
+            park_keys: false,
         }
     }
 
@@ -173,6 +177,16 @@ impl ConsumerConfig {
     /// `<stream_prefix><topic>:dead`.
     pub fn max_deliveries(mut self, n: u64) -> Self {
         self.max_deliveries = n;
+        self
+    }
+    /// Park a key in this group once one of its entries is dead-lettered (contract section
+    /// 13): its later entries are held, not handled, while other keys flow, until an operator
+    /// discards the dead entry or redrives it (the relay's admin: `POST
+    /// /api/v1/topics/{topic}/groups/{group}/parked/{key}/discard` or `.../redrive`); then the
+    /// held entries are handled in their order. The state lives in Redis, per group, so it
+    /// holds across crashes, restarts and a fleet's rebalancing. Off by default.
+    pub fn park_keys(mut self, on: bool) -> Self {
+        self.park_keys = on;
         self
     }
     /// Lanes (partition keys, or unkeyed entries) handled at once.

@@ -294,8 +294,13 @@ impl Consumer {
             state.none_pending(stream);
         }
         state.maybe_pending.extend(changes.taken);
-        let streams = source.readable(&state.streams);
         let now = Instant::now();
+        if config.park_keys && now >= state.next_drain {
+            // Keys an operator released: their held entries first, in order.
+            crate::park::drain(ctx, conn, &self.group, process).await?;
+            state.next_drain = now + DRAIN_EVERY;
+        }
+        let streams = source.readable(&state.streams);
         let claim_due = now >= state.next_claim;
         let check_due = streams.iter().any(|s| state.maybe_pending.contains(s));
         if check_due || claim_due {
@@ -427,6 +432,12 @@ impl Consumer {
         process: &P,
         lanes: Vec<Vec<Delivery>>,
     ) -> redis::RedisResult<()> {
+        let mut lanes = lanes;
+        if self.config.park_keys {
+            let mut conn = self.conn.clone();
+            let mut all: Vec<&mut Delivery> = lanes.iter_mut().flatten().collect();
+            crate::park::mark_parked(&mut conn, &self.config, &mut all).await?;
+        }
         let in_hand: Vec<EntryRef> = lanes.iter().flatten().map(|d| d.raw.at()).collect();
         let outcomes = tokio::select! {
             biased;
@@ -437,7 +448,7 @@ impl Consumer {
         let mut redis_error = None;
         let mut outage_error = None;
         for outcome in outcomes {
-            if !matches!(outcome.fate, Fate::Done | Fate::DeadLettered) {
+            if !matches!(outcome.fate, Fate::Done | Fate::DeadLettered | Fate::Parked) {
                 // Still in this consumer's pending list: handled before anything newer there.
                 state.maybe_pending.insert(outcome.at.stream.clone());
             }
@@ -446,7 +457,7 @@ impl Consumer {
                 state.fresh_unattempted.remove(&outcome.at);
             }
             match outcome.fate {
-                Fate::Done => done.push(outcome.at),
+                Fate::Done | Fate::Parked => done.push(outcome.at),
                 Fate::DeadLettered => {
                     state.stats.dead_lettered += 1;
                     state.retry_at.remove(&outcome.at);
@@ -501,6 +512,9 @@ impl Consumer {
     }
 }
 
+/// How often a consumer that parks keys looks for keys an operator released.
+const DRAIN_EVERY: Duration = Duration::from_secs(1);
+
 /// While a batch's handlers run, restarts the idle time of its entries every third of
 /// `claim_idle`, so that a handler slower than `claim_idle` does not get its entries claimed
 /// by another consumer (which would handle them a second time, and out of key order).
@@ -553,6 +567,8 @@ struct LoopState {
     streams: Vec<Arc<str>>,
     /// The topic of each stream read: a CloudEvents entry names none of its own.
     topic_of: HashMap<Arc<str>, Arc<str>>,
+    /// When to look for released parked keys next (with `park_keys`).
+    next_drain: Instant,
     /// Streams where this consumer may have pending entries: looked at (and those handled)
     /// before new entries are read.
     maybe_pending: HashSet<Arc<str>>,
@@ -575,6 +591,7 @@ impl LoopState {
             group_ready: false,
             streams: Vec::new(),
             topic_of: HashMap::new(),
+            next_drain: Instant::now(),
             maybe_pending: HashSet::new(),
             unacked: Vec::new(),
             retry_at: HashMap::new(),

@@ -40,6 +40,10 @@ pub(crate) struct Delivery {
     /// The lane: the stream and the partition key (`None`: a lane of its own). Keys are per
     /// topic, so the same key in two topics makes two lanes.
     lane: Option<String>,
+    /// Its key is parked in this group ([`crate::park`]): hold it, do not handle it.
+    pub(crate) parked: bool,
+    /// It comes from a parked key's held list, being drained (no pending list holds it).
+    pub(crate) from_held: bool,
 }
 
 impl Delivery {
@@ -72,7 +76,15 @@ impl Delivery {
             delivery,
             take,
             lane,
+            parked: false,
+            from_held: false,
         }
+    }
+
+    /// Its topic and partition key, when it is well-formed and keyed.
+    pub(crate) fn topic_key(&self) -> Option<(&str, &str)> {
+        let entry = self.parsed.as_ref().ok()?;
+        Some((entry.topic.as_str(), entry.key.as_deref()?))
     }
 
     fn event_id(&self) -> Option<Uuid> {
@@ -123,6 +135,8 @@ pub(crate) enum Fate {
     Done,
     /// Moved to the dead stream and acknowledged.
     DeadLettered,
+    /// Its key is parked: appended to the key's held list; acknowledge it.
+    Parked,
     /// The handler failed this delivery; retry later.
     Failed { delivery: u64 },
     /// The handler met an outage (not the entry's fault): retry later, uncounted.
@@ -225,9 +239,34 @@ async fn dead_letter<S: Source>(
     error: &str,
     deliveries: u64,
 ) -> Fate {
+    let parks = ctx.config.park_keys && d.topic_key().is_some();
+    if d.from_held {
+        // Drained from a held list: no pending list holds it; its key is parked again.
+        return match stream::dead_letter_held(conn, ctx.config, &d.raw, error, deliveries).await {
+            Ok(dead_entry) => {
+                match crate::park::park_dead(conn, ctx.config, d, &dead_entry).await {
+                    Ok(()) => Fate::DeadLettered,
+                    Err(e) => Fate::Lost(Some(e)),
+                }
+            }
+            Err(e) => Fate::Lost(Some(e)),
+        };
+    }
+    // Parked before it leaves the pending list: a crash in between leaves it pending and
+    // parked, never gone with its key flowing.
+    if parks {
+        if let Err(e) = crate::park::park_dead(conn, ctx.config, d, "").await {
+            return Fate::Lost(Some(e));
+        }
+    }
     match stream::dead_letter(conn, ctx.config, &d.raw, error, deliveries).await {
-        Ok(false) => Fate::Lost(None),
-        Ok(true) => {
+        Ok(None) => Fate::Lost(None),
+        Ok(Some(dead_entry)) => {
+            if parks {
+                if let Err(e) = crate::park::park_dead(conn, ctx.config, d, &dead_entry).await {
+                    tracing::warn!(error = %e, "the parked key's dead entry not recorded: a redrive will not find it");
+                }
+            }
             tracing::warn!(
                 stream_id = %d.raw.stream_id, event_id = %d.event_id().map(|id| id.to_string()).unwrap_or_default(), deliveries, error,
                 dead_stream = %ctx.config.dead_key_of_stream(&d.raw.stream), "entry dead-lettered"
@@ -325,10 +364,12 @@ async fn lane<H: Handler, S: Source>(
     for d in lane {
         let fate = if blocked {
             Fate::HeldBack { fresh: !d.take }
+        } else if d.parked {
+            held(ctx, &mut conn, &d).await
         } else {
             one(handler, ctx, &mut conn, &d).await
         };
-        if !matches!(fate, Fate::Done | Fate::DeadLettered) {
+        if !passes(ctx.config, &fate) {
             blocked = true;
         }
         out.push(Outcome {
@@ -337,6 +378,30 @@ async fn lane<H: Handler, S: Source>(
         });
     }
     out
+}
+
+/// Whether the next entry of a lane may go on after one that met `fate`: after a success, a
+/// hold, or a dead entry when keys do not park.
+fn passes(config: &ConsumerConfig, fate: &Fate) -> bool {
+    match fate {
+        Fate::Done | Fate::Parked => true,
+        Fate::DeadLettered => !config.park_keys,
+        _ => false,
+    }
+}
+
+/// Holds `d` behind its parked key, if it is still this consumer's to handle.
+async fn held<S: Source>(ctx: &Ctx<'_, S>, conn: &mut RedisConn, d: &Delivery) -> Fate {
+    if ctx.source.check(&d.raw.stream) == Check::NotMine {
+        return Fate::Lost(None);
+    }
+    match crate::park::hold(conn, ctx.config, d).await {
+        Ok(true) => Fate::Parked,
+        // Drained and forgotten since the batch looked: it waits for the next turn, which
+        // handles it.
+        Ok(false) => Fate::HeldBack { fresh: !d.take },
+        Err(e) => Fate::Lost(Some(e)),
+    }
 }
 
 async fn one<H: Handler, S: Source>(
@@ -403,9 +468,20 @@ impl<B: BatchHandler> Process for Batches<B> {
                 });
                 continue;
             }
+            if d.parked {
+                let fate = held(ctx, &mut conn, &d).await;
+                if !passes(ctx.config, &fate) {
+                    blocked.extend(d.lane.clone());
+                }
+                out.push(Outcome {
+                    at: d.raw.at(),
+                    fate,
+                });
+                continue;
+            }
             match before_handling(ctx, &mut conn, &d).await {
                 Err(fate) => {
-                    if !matches!(fate, Fate::DeadLettered) {
+                    if !passes(ctx.config, &fate) {
                         blocked.extend(d.lane.clone());
                     }
                     out.push(Outcome {

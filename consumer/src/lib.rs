@@ -23,6 +23,7 @@
 //! | `fleet` | dividing a partitioned topic's partitions among the group: membership, leases (the bookkeeping a pure function, `fleet::leases`), epochs |
 //! | `source` | the `Source` seam under the loop: read new, own pending, claim abandoned, take, keep, acknowledge, check ownership; `Group` on plain streams (plain commands), `Fenced` with the fleet's leases |
 //! | `stream` | the entries as held (types, grouping per stream and slot), setting up the streams and the group, read replies, dead letters |
+//! | `park` | parked keys ([`ConsumerConfig::park_keys`]): a batch's parked keys held, a dead entry parking its key, released keys drained in order |
 //! | `spans` | each handler call in a processing span (the `Traced` layer); with feature `otel`, a child of the entry's publish span |
 //! | `inbox` (feature `inbox`) | exactly-once effects: the effect and the `outbox_inbox` row in one transaction; every statement in `inbox::sql` (public with the `testing` feature only) |
 //!
@@ -75,6 +76,7 @@ mod handling;
 #[cfg(feature = "inbox")]
 pub mod inbox;
 mod layer;
+mod park;
 mod source;
 mod spans;
 mod stream;

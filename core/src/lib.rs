@@ -17,6 +17,7 @@
 //! | [`pem`] | PEM files named by TLS settings, read and checked once |
 //! | [`backoff`] | retry and outage delays with jitter; rate-limited error logs |
 //! | [`panic`] | a caught panic's message |
+//! | [`parked`] | a consumer group's parked keys in Redis: parked, held, released, drained (contract section 13) |
 //! | [`partition`] | Kafka's murmur2 partitioner: which partition a key goes to |
 //! | [`host`] | this host's name |
 //! | [`sentinel`] | Redis behind Sentinel: the master they name, followed across failovers |
@@ -31,6 +32,7 @@ pub mod groups;
 pub mod host;
 pub mod keys;
 pub mod panic;
+pub mod parked;
 pub mod partition;
 pub mod pem;
 #[cfg(feature = "postgres")]

@@ -17,6 +17,7 @@ pub mod keys;
 pub mod lost;
 pub mod marks;
 pub mod memory;
+pub mod parked;
 pub mod script;
 mod trace;
 

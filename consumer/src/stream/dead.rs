@@ -10,7 +10,8 @@ use outbox_core::RedisConn;
 /// Moves an entry to the dead stream if it is still this consumer's: `XADD <dead> *
 /// <original fields> error group deliveries` and its `XACK`, in one script, so that two
 /// consumers that both hold it (one claimed it from the other) write one dead letter, not
-/// two. `Ok(false)`: the entry is no longer this consumer's; nothing was written.
+/// two. `Ok(Some(id))`: written, at `id` in the dead stream; `Ok(None)`: the entry is no
+/// longer this consumer's; nothing was written.
 ///
 /// On a cluster the dead stream usually lives in another slot than its stream, and no script
 /// may touch both: the dead letter is written first, then the entry acknowledged if still
@@ -23,17 +24,9 @@ pub(crate) async fn dead_letter(
     raw: &RawEntry,
     error: &str,
     deliveries: u64,
-) -> RedisResult<bool> {
+) -> RedisResult<Option<String>> {
     let dead = config.dead_key_of_stream(&raw.stream);
-    let mut fields: Vec<(&str, Vec<u8>)> = raw
-        .fields
-        .iter()
-        .filter(|(field, _)| !matches!(field.as_str(), "error" | "group" | "deliveries"))
-        .map(|(field, value)| (field.as_str(), value_bytes(value)))
-        .collect();
-    fields.push(("error", error.as_bytes().to_vec()));
-    fields.push(("group", config.group.as_bytes().to_vec()));
-    fields.push(("deliveries", deliveries.to_string().into_bytes()));
+    let fields = dead_fields(config, raw, error, deliveries);
     let one_slot = Slot::for_key(raw.stream.as_bytes()) == Slot::for_key(dead.as_bytes());
     if !conn.is_cluster() || one_slot {
         let script = redis::Script::new(DEAD_LETTER);
@@ -43,15 +36,18 @@ pub(crate) async fn dead_letter(
             .arg(&config.consumer)
             .arg(&raw.stream_id);
         for (field, value) in &fields {
-            call.arg(*field).arg(value.as_slice());
+            call.arg(field.as_str()).arg(value.as_slice());
         }
-        let written: i64 = call.invoke_async(conn).await?;
-        return Ok(written == 1);
+        let written: Value = call.invoke_async(conn).await?;
+        return Ok(match written {
+            Value::Int(_) => None,
+            id => Some(redis::from_redis_value(id)?),
+        });
     }
     let mut add = redis::cmd("XADD");
     add.arg(&dead).arg("*");
     for (field, value) in &fields {
-        add.arg(*field).arg(value.as_slice());
+        add.arg(field.as_str()).arg(value.as_slice());
     }
     let dead_id: String = add.query_async(conn).await?;
     let acked: i64 = redis::Script::new(ACK_IF_MINE)
@@ -62,23 +58,59 @@ pub(crate) async fn dead_letter(
         .invoke_async(conn)
         .await?;
     if acked == 1 {
-        return Ok(true);
+        return Ok(Some(dead_id));
     }
     redis::cmd("XDEL")
         .arg(&dead)
         .arg(&dead_id)
         .query_async::<()>(conn)
         .await?;
-    Ok(false)
+    Ok(None)
+}
+
+/// The fields of `raw`'s dead entry: its own, then `error`, `group` and `deliveries`.
+fn dead_fields(
+    config: &ConsumerConfig,
+    raw: &RawEntry,
+    error: &str,
+    deliveries: u64,
+) -> Vec<(String, Vec<u8>)> {
+    let mut fields: Vec<(String, Vec<u8>)> = raw
+        .fields
+        .iter()
+        .filter(|(field, _)| !outbox_core::parked::DEAD_FIELDS.contains(&field.as_str()))
+        .map(|(field, value)| (field.clone(), value_bytes(value)))
+        .collect();
+    fields.push(("error".into(), error.as_bytes().to_vec()));
+    fields.push(("group".into(), config.group.as_bytes().to_vec()));
+    fields.push(("deliveries".into(), deliveries.to_string().into_bytes()));
+    fields
+}
+
+/// Writes the dead entry of `raw`, an entry no pending list holds (one held behind a parked
+/// key): a plain `XADD`; returns its id in the dead stream.
+pub(crate) async fn dead_letter_held(
+    conn: &mut RedisConn,
+    config: &ConsumerConfig,
+    raw: &RawEntry,
+    error: &str,
+    deliveries: u64,
+) -> RedisResult<String> {
+    let mut add = redis::cmd("XADD");
+    add.arg(config.dead_key_of_stream(&raw.stream)).arg("*");
+    for (field, value) in dead_fields(config, raw, error, deliveries) {
+        add.arg(field).arg(value);
+    }
+    add.query_async(conn).await
 }
 
 /// KEYS: stream, dead stream. ARGV: group, consumer, stream id, then the dead entry's fields.
 const DEAD_LETTER: &str = r"
 local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[3], ARGV[3], 1)
 if #p == 0 or p[1][2] ~= ARGV[2] then return 0 end
-redis.call('XADD', KEYS[2], '*', unpack(ARGV, 4))
+local id = redis.call('XADD', KEYS[2], '*', unpack(ARGV, 4))
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
-return 1
+return id
 ";
 
 /// KEYS: stream. ARGV: group, consumer, stream id. Acknowledges the entry if this consumer

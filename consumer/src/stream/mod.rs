@@ -14,7 +14,7 @@ mod dead;
 mod reply;
 mod setup;
 
-pub(crate) use dead::dead_letter;
+pub(crate) use dead::{dead_letter, dead_letter_held};
 pub(crate) use reply::{parse_entries, parse_read_reply};
 pub(crate) use setup::{ensure_group, resolve_partitions};
 

@@ -1,6 +1,7 @@
 //! The admin's state-changing operations, one function each, shared by the JSON API and the
 //! web UI: pause or resume a topic, replace its settings, retry or discard one dead letter or
-//! every dead letter matching a filter, enqueue an event, replay a topic (also the CLI's).
+//! every dead letter matching a filter, enqueue an event, replay a topic (also the CLI's),
+//! release a consumer group's parked key.
 //!
 //! Each validates its input, writes (the audit row goes in the same transaction, in
 //! `crate::db`) and wakes this replica's claimer when the write made events publishable. The
@@ -9,6 +10,7 @@
 //! what an action checks, records or wakes.
 
 mod enqueue;
+mod parked;
 mod replay;
 
 use actix::Recipient;
@@ -73,6 +75,12 @@ pub enum ActionError {
         /// To.
         until: DateTime<Utc>,
     },
+    /// A consumer group's key that is not parked (or released already).
+    #[error("key {0:?} is not parked in this group")]
+    NotParked(String),
+    /// A redrive whose dead entry is gone from the dead stream.
+    #[error("{0}")]
+    DeadEntryGone(String),
     /// Redis failed.
     #[error("redis unavailable: {0}")]
     Redis(String),

@@ -122,7 +122,10 @@ impl From<ActionError> for ApiError {
             ActionError::EmptyRange { .. } => {
                 ApiError::BadRequest("dead_after must be before dead_before".into())
             }
-            ActionError::NoEvent(_) => ApiError::NotFound(e.to_string()),
+            ActionError::NoEvent(_) | ActionError::NotParked(_) => {
+                ApiError::NotFound(e.to_string())
+            }
+            ActionError::DeadEntryGone(_) => ApiError::Conflict(e.to_string()),
             ActionError::NotDead(_) | ActionError::KeyInFlight => ApiError::Conflict(e.to_string()),
             ActionError::KeyReused => ApiError::Unprocessable(e.to_string()),
             ActionError::Db(e) => e.into(),

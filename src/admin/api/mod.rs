@@ -66,6 +66,24 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
             )
             .service(resource("/topics/{topic}/parked", "GET").route(web::get().to(parked::list)))
             .service(
+                resource("/topics/{topic}/groups/{group}/parked", "GET")
+                    .route(web::get().to(parked::group_list)),
+            )
+            .service(
+                resource(
+                    "/topics/{topic}/groups/{group}/parked/{key}/discard",
+                    "POST",
+                )
+                .route(web::post().to(parked::discard)),
+            )
+            .service(
+                resource(
+                    "/topics/{topic}/groups/{group}/parked/{key}/redrive",
+                    "POST",
+                )
+                .route(web::post().to(parked::redrive)),
+            )
+            .service(
                 resource("/topics/{topic}/replay", "POST").route(web::post().to(topics::replay)),
             )
             .service(resource("/replicas", "GET").route(web::get().to(replicas::list)))

@@ -23,7 +23,7 @@ use super::{audit, dead, events, parked, replicas, stats, topics};
         events::list, events::enqueue, events::get, events::retry, events::discard, events::timeline,
         dead::groups, dead::retry, dead::discard,
         topics::list, topics::get, topics::put, topics::pause, topics::resume, topics::replay,
-        parked::list,
+        parked::list, parked::group_list, parked::discard, parked::redrive,
         replicas::list,
         audit::list,
         document,

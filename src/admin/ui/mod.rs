@@ -83,7 +83,7 @@ impl From<ActionError> for UiError {
             ActionError::EmptyRange { after, before } => UiError::BadRequest(format!(
                 "the range is empty: from ({after}) is not before to ({before})"
             )),
-            ActionError::NoEvent(_) => UiError::NotFound(e.to_string()),
+            ActionError::NoEvent(_) | ActionError::NotParked(_) => UiError::NotFound(e.to_string()),
             ActionError::Db(e) => UiError::Db(e),
             ActionError::Redis(e) => UiError::Redis(e),
             ActionError::BadTime { .. }
@@ -92,6 +92,7 @@ impl From<ActionError> for UiError {
             | ActionError::Nul(_)
             | ActionError::HeadersNotObject
             | ActionError::NotDead(_)
+            | ActionError::DeadEntryGone(_)
             | ActionError::KeyInFlight
             | ActionError::KeyReused => UiError::BadRequest(e.to_string()),
         }

@@ -311,6 +311,15 @@ async fn openapi_document_lists_every_route_and_each_is_served() {
         ("post", "/api/v1/topics/{topic}/pause"),
         ("post", "/api/v1/topics/{topic}/resume"),
         ("get", "/api/v1/topics/{topic}/parked"),
+        ("get", "/api/v1/topics/{topic}/groups/{group}/parked"),
+        (
+            "post",
+            "/api/v1/topics/{topic}/groups/{group}/parked/{key}/discard",
+        ),
+        (
+            "post",
+            "/api/v1/topics/{topic}/groups/{group}/parked/{key}/redrive",
+        ),
         ("post", "/api/v1/topics/{topic}/replay"),
         ("get", "/api/v1/replicas"),
         ("get", "/api/v1/audit"),
@@ -333,7 +342,9 @@ async fn openapi_document_lists_every_route_and_each_is_served() {
         // And served: the router knows it (whatever the handler then says).
         let concrete = path
             .replace("{id}", "00000000-0000-0000-0000-000000000000")
-            .replace("{topic}", "doc.check");
+            .replace("{topic}", "doc.check")
+            .replace("{group}", "doc-group")
+            .replace("{key}", "doc-key");
         let body = (method != "get").then_some(r#"{"paused":false,"maxlen":null}"#);
         let r = admin.call(&method.to_uppercase(), &concrete, body);
         assert_ne!(r.json["error"], "no such route", "{method} {path}");

@@ -4,7 +4,7 @@
 //! a restart; a malformed entry dead-lettered without blocking its key).
 //!
 //! By concern: [`processes`] (example consumers fed by a relay), [`claims`], [`order`],
-//! [`batches`], [`failures`], [`inbox`], [`connections`].
+//! [`batches`], [`failures`], [`inbox`], [`connections`], [`parking`] (a group's parked keys).
 
 mod batches;
 mod claims;
@@ -12,6 +12,7 @@ mod connections;
 mod failures;
 mod inbox;
 mod order;
+mod parking;
 mod processes;
 
 use std::collections::{HashMap, HashSet};
