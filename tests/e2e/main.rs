@@ -19,7 +19,7 @@
 //! | [`dedup`] | the publish script's dedup windows and the retired sets' freeing |
 //! | [`wake`] | producers' NOTIFY quieted while a relay drains, and back after |
 //! | [`consumer`] | the consumer library and `consumer/examples/inbox_consumer`, by concern: example processes fed by a relay (SIGKILLed, each event once; poison after `--max-deliveries`), claims after `claim_idle`, per-key order, batches, failures, the inbox, connections (a Redis restart, mutual TLS), a group's parked keys (`--park-keys`: a poison entry parks its key through a SIGKILL; redrive, discard, the admin API) |
-//! | [`fleet`] | a group's fleet on a partitioned topic, by concern: balance after joins and leaves, key order through kills, freezes and scaling, the inbox's fence, every kind of handler (one Redis, a cluster), a repartition |
+//! | [`fleet`] | a group's fleet on a partitioned topic, by concern: balance after joins and leaves, key order through kills, freezes and scaling, the inbox's fence, every kind of handler (one Redis, a cluster), a repartition; a parked key held through its partition owner's SIGKILL, then released in order |
 //! | [`traces`] | OTLP traces: the producer's trace through the publish span to the consumer's span; the Rust producer API's trace context |
 //! | [`crash`] | SIGKILL of relays in a loop: nothing lost, nothing doubled |
 //! | [`outage`] | a Redis outage (own redis-server): no attempt burnt, recovery |

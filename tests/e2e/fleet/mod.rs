@@ -8,7 +8,7 @@
 //! effect whose key has an earlier event without a committed effect, so an effect out of
 //! order, or two of one key at once, shows as "ORDER VIOLATION" in a consumer's log.
 //!
-//! By concern: [`balance`], [`chaos`], [`fencing`], [`handlers`], [`repartition`]; the
+//! By concern: [`balance`], [`chaos`], [`fencing`], [`handlers`], [`parking`], [`repartition`]; the
 //! helpers they share (the relay's settings, lease owners, balance, pending, the order check)
 //! are here.
 
@@ -16,6 +16,7 @@ mod balance;
 mod chaos;
 mod fencing;
 mod handlers;
+mod parking;
 mod repartition;
 
 use std::collections::HashMap;
