@@ -1,5 +1,5 @@
 //! The group keeper: every few seconds it samples each declared consumer group (lag, pending,
-//! oldest pending; per partition too, for a partitioned topic) into the metrics, and with `redis.trim_acked`, every `retention.interval`,
+//! oldest pending; per partition too, for a partitioned topic; its parked keys) into the metrics, and with `redis.trim_acked`, every `retention.interval`,
 //! trims each stream with declared groups up to the oldest entry one of them has not
 //! acknowledged. Trimming is one atomic script per stream, so any replica may run it.
 
@@ -151,6 +151,17 @@ async fn run_once(keeper: GroupKeeper, trim: bool) -> Result<(), GroupsError> {
         }
         for (name, sample) in samples {
             crate::telemetry::group_sampled(topic, name, sample.lag, sample.pending, sample.oldest);
+        }
+        let now_ms = chrono::Utc::now().timestamp_millis();
+        for name in declared {
+            let parked = keeper.publisher.group_parked(topic, name).await?;
+            let parked: Vec<_> = parked.iter().filter(|k| !k.state.released).collect();
+            let oldest = parked
+                .iter()
+                .map(|k| now_ms.saturating_sub(k.state.since_ms).max(0))
+                .max()
+                .map(|ms| Duration::from_millis(u64::try_from(ms).unwrap_or(0)));
+            crate::telemetry::parked_keys_sampled(topic, name, parked.len(), oldest);
         }
         if partitions > 1 {
             for name in declared {

@@ -111,6 +111,14 @@ pub fn install_metrics() -> Option<PrometheusHandle> {
     );
     metrics::describe_gauge!("outbox_events_dead", "Dead-lettered events");
     metrics::describe_gauge!(
+        "outbox_parked_keys",
+        "Keys a declared consumer group parks behind a dead-lettered entry"
+    );
+    metrics::describe_gauge!(
+        "outbox_parked_key_oldest_age_seconds",
+        "How long the oldest key a declared consumer group parks has been parked"
+    );
+    metrics::describe_gauge!(
         "outbox_parked_events",
         "Pending events held behind a dead event of their key (topics with park_on_dead)"
     );
@@ -220,7 +228,18 @@ pub fn group_known(topic: &str, group: &str) {
     gauge!("outbox_group_lag", &labels).set(0.0);
     gauge!("outbox_group_pending", &labels).set(0.0);
     gauge!("outbox_group_oldest_pending_age_seconds", &labels).set(0.0);
+    gauge!("outbox_parked_keys", &labels).set(0.0);
+    gauge!("outbox_parked_key_oldest_age_seconds", &labels).set(0.0);
     counter!("outbox_stream_trimmed_total", "topic" => topic.to_string()).increment(0);
+}
+
+/// A declared group's parked keys (its consumers park keys): how many, and how long the
+/// oldest has been parked.
+pub fn parked_keys_sampled(topic: &str, group: &str, keys: usize, oldest: Option<Duration>) {
+    let labels = [("topic", topic.to_string()), ("group", group.to_string())];
+    gauge!("outbox_parked_keys", &labels).set(keys as f64);
+    gauge!("outbox_parked_key_oldest_age_seconds", &labels)
+        .set(oldest.map_or(0.0, |d| d.as_secs_f64()));
 }
 
 /// A consumer group as sampled from its stream: entries not yet delivered to it (when Redis

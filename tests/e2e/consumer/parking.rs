@@ -39,7 +39,8 @@ async fn wait_parked(admin: &Http, held: i64) -> serde_json::Value {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_poison_entry_parks_its_key_in_the_group_until_an_operator_acts() {
-    let relay = TokenRelay::start("park-group", &[]).await;
+    let groups = format!("t0:{GROUP}");
+    let relay = TokenRelay::start("park-group", &[("OUTBOX__GROUPS", groups.as_str())]).await;
     let (db, redis) = (&relay.db, &relay.redis);
     db.exec(
         "INSERT INTO outbox (topic, payload, partition_key)
@@ -68,6 +69,11 @@ async fn a_poison_entry_parks_its_key_in_the_group_until_an_operator_acts() {
         assert_eq!(applied(db, k).await, (1..=10).collect::<Vec<_>>(), "{k}");
     }
     assert_eq!(applied(db, "k2").await, [1, 2, 3]);
+    // The relay's group keeper counts the declared group's parked key.
+    let parked_keys = format!("outbox_parked_keys{{topic=\"t0\",group=\"{GROUP}\"}}");
+    let http = relay.anonymous();
+    http.wait_metric(&parked_keys, |v| v == 1.0, Duration::from_secs(30))
+        .await;
 
     // SIGKILLed and restarted: the key stays parked; the other keys go on.
     consumer.kill9();
@@ -156,6 +162,8 @@ async fn a_poison_entry_parks_its_key_in_the_group_until_an_operator_acts() {
             .is_some_and(|k| k.is_empty())
     })
     .await;
+    http.wait_metric(&parked_keys, |v| v == 0.0, Duration::from_secs(30))
+        .await;
     let audit = admin.get("/api/v1/audit");
     assert!(
         audit.body.contains("redrive_parked") && audit.body.contains("discard_parked"),
