@@ -37,6 +37,10 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
         .route("/replay", web::get().to(replay::page))
         .route("/replay/apply", web::post().to(replay::apply))
         .route("/streams", web::get().to(streams::page))
+        .route(
+            "/streams/parked/{topic}/{group}/{key}/{action}",
+            web::post().to(streams::release),
+        )
         .route("/replicas", web::get().to(replicas::page))
         .route("/login", web::get().to(login::page))
         .route("/login", web::post().to(login::submit))

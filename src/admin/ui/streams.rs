@@ -1,16 +1,20 @@
 //! The Streams page: each topic's Redis stream, or each of its partitions (length, first and
 //! last entry), and its consumer groups (lag, pending, oldest pending message, and on a
-//! partition the consumer holding it), from read-only XINFO/XPENDING/GET.
+//! partition the consumer holding it), from read-only XINFO/XPENDING/GET; and the keys the
+//! groups park (`park_keys`), each with a Redrive and a Discard button.
 
 use crate::admin::counts;
 use actix_web::{web, HttpRequest, HttpResponse};
 use maud::{html, Markup};
+use outbox_core::parked::Release;
+use serde::Deserialize;
 
 use super::layout::{self, Nav};
 use super::session::Session;
-use super::UiError;
+use super::{see_other, UiError};
 use crate::admin::AdminState;
 use crate::publish::inspect::{GroupInfo, StreamInfo};
+use crate::publish::parked::GroupParked;
 
 /// An entry id with the age its milliseconds part tells.
 fn entry(id: Option<&str>) -> Markup {
@@ -136,11 +140,31 @@ pub async fn page(
         .inspect_streams(&topics)
         .await
         .map_err(|e| UiError::Redis(e.to_string()))?;
+    let mut groups: Vec<(&str, &str)> = streams
+        .iter()
+        .flat_map(|s| s.groups.iter().map(|g| (s.topic.as_str(), g.name.as_str())))
+        .collect();
+    groups.sort_unstable();
+    groups.dedup();
+    let mut parked: Vec<(&str, &str, GroupParked)> = Vec::new();
+    for (topic, group) in groups {
+        let keys = state
+            .publisher
+            .group_parked(topic, group)
+            .await
+            .map_err(|e| UiError::Redis(e.to_string()))?;
+        parked.extend(
+            keys.into_iter()
+                .filter(|k| !k.state.released)
+                .map(|k| (topic, group, k)),
+        );
+    }
     let content = html! {
-        p.muted { "Read-only: TYPE, XINFO STREAM, XINFO GROUPS and XPENDING on "
+        p.muted { "TYPE, XINFO STREAM, XINFO GROUPS and XPENDING on "
             code { (state.publisher.config().stream_prefix) "<topic>" } ". Refreshes every 5 s." }
         div #live hx-get="/streams" hx-trigger="every 5s" hx-select="#live" hx-swap="outerHTML" {
             (tables(&streams))
+            (parked_keys(&session, &parked))
         }
     };
     Ok(layout::page(
@@ -150,4 +174,69 @@ pub async fn page(
         "Streams",
         content,
     ))
+}
+
+/// The keys the groups park, with their release buttons (for a session that may act).
+fn parked_keys(session: &Session, parked: &[(&str, &str, GroupParked)]) -> Markup {
+    let now_ms = chrono::Utc::now().timestamp_millis();
+    html! {
+        h2 { "Parked keys" }
+        p.muted { "Keys a consumer group holds behind a dead-lettered entry (consumers with "
+            code { "park_keys" } "). Redrive handles the dead entry again first; Discard leaves it dead. Either way the held entries then take effect in order." }
+        div.scroll {
+            table #group-parked {
+                thead { tr {
+                    th { "Topic" } th { "Group" } th { "Key" } th { "Dead entry" } th.num { "Held" }
+                    th { "Parked for" } th {}
+                } }
+                tbody {
+                    @for (topic, group, k) in parked {
+                        @let base = format!("/streams/parked/{}/{}/{}", layout::enc(topic), layout::enc(group), layout::enc(&k.key));
+                        tr {
+                            td { (topic) }
+                            td { strong { (group) } }
+                            td { code { (k.key) } }
+                            td { a href={ "/events/" (k.state.dead_id) } { code { (k.state.dead_id) } } }
+                            td.num { strong { (layout::count(i64::try_from(k.held).unwrap_or(i64::MAX))) } }
+                            td { (layout::age((now_ms - k.state.since_ms).max(0) as f64 / 1000.0)) }
+                            td {
+                                (layout::action_button(session, &format!("{base}/redrive"), "Redrive", "small primary"))
+                                " "
+                                (layout::action_button(session, &format!("{base}/discard"), "Discard", "small"))
+                            }
+                        }
+                    }
+                    @if parked.is_empty() { tr { td.empty colspan="7" { "No parked key." } } }
+                }
+            }
+        }
+    }
+}
+
+/// The form of the release buttons.
+#[derive(Debug, Deserialize)]
+pub struct ReleaseForm {
+    #[serde(default)]
+    csrf: String,
+}
+
+/// `POST /streams/parked/{topic}/{group}/{key}/{redrive|discard}`.
+pub async fn release(
+    session: Session,
+    state: web::Data<AdminState>,
+    path: web::Path<(String, String, String, String)>,
+    form: web::Form<ReleaseForm>,
+) -> Result<HttpResponse, UiError> {
+    let actor = session.act(&form.csrf)?;
+    let (topic, group, key, action) = path.into_inner();
+    let how = match action.as_str() {
+        "redrive" => Release::Redrive,
+        "discard" => Release::Discard,
+        _ => return Err(UiError::NotFound(format!("no action {action:?}"))),
+    };
+    state
+        .actions()
+        .release_parked(&state.publisher, &actor.who, &topic, &group, &key, how)
+        .await?;
+    Ok(see_other("/streams"))
 }

@@ -1,6 +1,7 @@
 //! What an operator does in the browser: read the overview, retry a dead event, pause and
-//! resume a topic; and what must never happen: a payload running as script, a read-only
-//! login or a forged form changing anything.
+//! resume a topic, discard a consumer group's parked key from the Streams page; and what must
+//! never happen: a payload running as script, a read-only login or a forged form changing
+//! anything.
 
 use std::time::Duration;
 
@@ -289,4 +290,72 @@ async fn retry_only_the_dead_letters_that_died_within_a_time_range() {
     let res = session.get("/dead?from=yesterday");
     assert_eq!(res.status, 400);
     assert!(res.body.contains("not a time"), "{}", res.body);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn discard_a_consumer_groups_parked_key_from_the_streams_page() {
+    use outbox_core::parked::{self, Held, Parked};
+    let ui = TokenRelay::start("ui", &[]).await;
+    ui.db
+        .exec("INSERT INTO outbox (topic, payload) VALUES ('orders', '{}')")
+        .await;
+    ui.db.wait_until_published(WAIT).await;
+    // A group whose consumers parked key k1 two minutes ago, holding two entries.
+    let stream = ui.redis.stream("orders");
+    let mut c = ui.redis.conn().await;
+    redis::cmd("XGROUP")
+        .arg("CREATE")
+        .arg(&stream)
+        .arg("billing")
+        .arg("0")
+        .query_async::<()>(&mut c)
+        .await
+        .expect("group");
+    let hash = parked::parked_key(&ui.redis.prefix, "orders", "billing");
+    let list = parked::held_key(&ui.redis.prefix, "orders", "billing", "k1");
+    let dead_id = uuid::Uuid::new_v4().to_string();
+    let state = Parked {
+        dead_id: dead_id.clone(),
+        dead_entry: "1-0".into(),
+        stream: stream.clone(),
+        since_ms: chrono::Utc::now().timestamp_millis() - 120_000,
+        released: false,
+    };
+    assert!(parked::park(&mut c, &hash, "k1", &state)
+        .await
+        .expect("park"));
+    for id in ["5-0", "6-0"] {
+        let held = Held {
+            stream: stream.clone(),
+            id: id.into(),
+            fields: vec![("id".into(), uuid::Uuid::new_v4().to_string())],
+        };
+        assert!(parked::hold(&mut c, &hash, &list, "k1", &held)
+            .await
+            .expect("hold"));
+    }
+
+    let b = Browser::start().await;
+    b.login(&ui.base(), ADMIN_TOKEN).await;
+    b.goto(&format!("{}/streams", ui.base())).await;
+    b.wait_text(&dead_id, WAIT).await;
+    let row = b.text("#group-parked tbody tr").await;
+    assert!(
+        row.contains("billing") && row.contains("k1") && row.contains('2'),
+        "{row}"
+    );
+    b.click("#group-parked button.small:not(.primary)").await;
+    b.wait_text("No parked key.", WAIT).await;
+    let now: Option<String> = redis::cmd("HGET")
+        .arg(&hash)
+        .arg("k1")
+        .query_async(&mut c)
+        .await
+        .expect("hget");
+    let now: Parked =
+        serde_json::from_str(&now.expect("still there until drained")).expect("state");
+    assert!(now.released, "released for the group's consumers to drain");
+    let audit = ui.admin().get("/api/v1/audit");
+    assert!(audit.body.contains("discard_parked"), "{}", audit.body);
+    b.close().await;
 }
