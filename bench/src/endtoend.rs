@@ -76,14 +76,16 @@ impl Consumers {
             .worker_threads(2)
             .enable_all()
             .build()?;
-        let (url, redis_url, prefix) = (
+        let (url, redis_url, prefix, park_keys) = (
             scratch.url.clone(),
             env.redis_url.clone(),
             scratch.prefix.clone(),
+            env.park_keys,
         );
         let thread = std::thread::spawn(move || {
             runtime.block_on(async move {
-                if let Err(e) = consume(&url, &redis_url, &prefix, &names, stopped, applied).await {
+                let run = consume(&url, &redis_url, &prefix, park_keys, &names, stopped, applied);
+                if let Err(e) = run.await {
                     tracing::error!("bench consumers: {e:#}");
                 }
             })
@@ -120,6 +122,7 @@ async fn consume(
     url: &str,
     redis_url: &str,
     prefix: &str,
+    park_keys: bool,
     names: &[String],
     stopped: watch::Receiver<bool>,
     applied: Moments,
@@ -138,6 +141,7 @@ async fn consume(
                 .topics((0..TOPICS).map(|t| format!("bench.topic{t}")))
                 .stream_prefix(prefix)
                 .consumer(name)
+                .park_keys(park_keys)
                 .batch_size(200)
                 .block(Duration::from_millis(100));
             Consumer::new(config)

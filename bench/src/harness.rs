@@ -33,6 +33,8 @@ pub struct BenchEnv {
     pub relay_bin: std::path::PathBuf,
     /// Every workload topic partitioned and consumed by a fleet (the fleet scenario).
     pub fleet: Option<FleetShape>,
+    /// The end-to-end consumers park keys (`park_keys`).
+    pub park_keys: bool,
 }
 
 /// Partitions of each workload topic, and consumers in the end-to-end group dividing them.
@@ -54,6 +56,7 @@ impl BenchEnv {
             cluster: false,
             relay_bin: relay_bin.to_path_buf(),
             fleet: None,
+            park_keys: false,
         }
     }
 
@@ -62,6 +65,14 @@ impl BenchEnv {
     pub fn with_fleet(&self, shape: FleetShape) -> Self {
         BenchEnv {
             fleet: Some(shape),
+            ..self.clone()
+        }
+    }
+
+    /// The same with the end-to-end consumers parking keys.
+    pub fn with_park_keys(&self) -> Self {
+        BenchEnv {
+            park_keys: true,
             ..self.clone()
         }
     }

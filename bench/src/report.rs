@@ -179,7 +179,17 @@ impl Report {
             "durability: wait_replicas",
             "durability: no wait",
         );
-        self.ratios = tls.into_iter().chain(fleet).chain(durability).collect();
+        let park_keys = self.ratio_of(
+            "park_keys / default end to end",
+            "parking: end to end",
+            "end to end: drain",
+        );
+        self.ratios = tls
+            .into_iter()
+            .chain(fleet)
+            .chain(durability)
+            .chain(park_keys)
+            .collect();
         let Some(ours) = self.find("drain (keep") else {
             return;
         };

@@ -38,6 +38,8 @@ pub const CLOUDEVENTS: &str = "cloudevents: drain (keep rows)";
 
 /// The keep-rows drain with `park_on_dead` on every topic (nothing dead: the probe's cost).
 pub const PARKING: &str = "parking: drain, park_on_dead";
+/// The end-to-end drain with the consumers parking keys (nothing parked: the lookup's cost).
+pub const PARKING_E2E: &str = "parking: end to end, park_keys";
 
 /// The fleet scenario's drains: relay only, then to the consumers dividing the partitions.
 const FLEET_RELAY: &str = "fleet: relay-only drain, 8 partitions";
@@ -224,6 +226,9 @@ async fn one_round(
         let parking = [("OUTBOX__TOPICS", topics.as_str())];
         let r = harness::drain(env, n, 1, Shape::Mixed, &parking).await;
         runs.add(PARKING, r);
+        // The consumers' side: both end-to-end drains, one after the other.
+        runs.add(E2E_DRAIN, endtoend::drain(env, n).await);
+        runs.add(PARKING_E2E, endtoend::drain(&env.with_park_keys(), n).await);
     }
     if options.wants("cloudevents") || options.wants("adopt") {
         // Right after the default drain: the envelope's ratio compares one minute of the
@@ -232,7 +237,7 @@ async fn one_round(
         let r = harness::drain(env, n, 1, Shape::Mixed, &envelope).await;
         runs.add(CLOUDEVENTS, r);
     }
-    if options.wants("endtoend") {
+    if options.wants("endtoend") && !options.wants("parking") {
         runs.add(E2E_DRAIN, endtoend::drain(env, n).await);
     }
     if options.wants("adopt") {

@@ -77,6 +77,8 @@ fn bench_runs_every_scenario_and_writes_json() {
         "cloudevents / default envelope drain",
         "parking: drain, park_on_dead",
         "park_on_dead / default drain",
+        "parking: end to end, park_keys",
+        "park_keys / default end to end",
         "producer inserts: table not adopted",
         "producer inserts: adopted table",
         "producer inserts: adopted, NOTIFY quieted",
@@ -93,7 +95,7 @@ fn bench_runs_every_scenario_and_writes_json() {
     let report: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(json.path()).expect("read")).expect("json");
     let figures = report["figures"].as_array().expect("figures");
-    assert_eq!(figures.len(), 31);
+    assert_eq!(figures.len(), 32);
     // Every measured span says what it cost the machine: cores busy (of this machine's) and
     // Redis CPU, so a speed figure can be read against saturation.
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
