@@ -84,7 +84,9 @@ impl Consumers {
         );
         let thread = std::thread::spawn(move || {
             runtime.block_on(async move {
-                let run = consume(&url, &redis_url, &prefix, park_keys, &names, stopped, applied);
+                let run = consume(
+                    &url, &redis_url, &prefix, park_keys, &names, stopped, applied,
+                );
                 if let Err(e) = run.await {
                     tracing::error!("bench consumers: {e:#}");
                 }

@@ -6,69 +6,28 @@
 
 use super::*;
 
-/// Each applied `n` of key `key`, in the order the effects were applied.
-async fn applied(db: &TestDb, key: &str) -> Vec<i64> {
-    let text = db
-        .text(&format!(
-            "SELECT coalesce(json_agg((o.payload->>'n')::bigint ORDER BY e.applied_at), '[]')::text
-             FROM example_effects e JOIN outbox o ON o.id = e.event_id
-             WHERE o.partition_key = '{key}'"
-        ))
-        .await;
-    serde_json::from_str(&text).expect("a JSON list")
-}
-
-/// The group's parked keys as the admin API lists them.
-fn group_parked(admin: &Http) -> serde_json::Value {
-    let res = admin.get(&format!("/api/v1/topics/t0/groups/{GROUP}/parked"));
-    assert_eq!(res.status, 200, "{}", res.body);
-    res.json
-}
-
-/// Waits until the API lists exactly `k2`, holding `held` entries.
-async fn wait_parked(admin: &Http, held: i64) -> serde_json::Value {
-    eventually(Duration::from_secs(60), "k2 parked", || async {
-        let keys = group_parked(admin);
-        let ok = keys["keys"].as_array().is_some_and(|k| k.len() == 1)
-            && keys["keys"][0]["key"] == "k2"
-            && keys["keys"][0]["held"] == held;
-        ok.then_some(keys)
-    })
-    .await
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn a_poison_entry_parks_its_key_in_the_group_until_an_operator_acts() {
     let groups = format!("t0:{GROUP}");
     let relay = TokenRelay::start("park-group", &[("OUTBOX__GROUPS", groups.as_str())]).await;
     let (db, redis) = (&relay.db, &relay.redis);
-    db.exec(
-        "INSERT INTO outbox (topic, payload, partition_key)
-         SELECT 't0', jsonb_build_object('n', n, 'poison', k = 2 AND n = 4), 'k' || k
-         FROM generate_series(1, 10) AS n, generate_series(0, 4) AS k ORDER BY n, k",
-    )
-    .await;
-    let args = [
-        "--park-keys",
-        "--max-deliveries",
-        "2",
-        "--retry-base",
-        "50ms",
-        "--claim-idle",
-        "2s",
-    ];
-    let mut consumer = ExampleConsumer::spawn(db, redis, "t0", GROUP, "c0", &args);
+    insert_with_poison_in_k2(db, 5).await;
+    let mut consumer = ExampleConsumer::spawn(db, redis, "t0", GROUP, "c0", PARK_ARGS);
     let admin = relay.admin();
     // Every other key applied, k2 up to its poison entry; the rest of k2 held.
-    let parked = wait_parked(&admin, 6).await;
+    let parked = wait_group_parked(&admin, GROUP, "k2", 6).await;
     let poison = db
         .text("SELECT id::text FROM outbox WHERE (payload->>'poison')::boolean")
         .await;
     assert_eq!(parked["keys"][0]["dead_id"], poison);
     for k in ["k0", "k1", "k3", "k4"] {
-        assert_eq!(applied(db, k).await, (1..=10).collect::<Vec<_>>(), "{k}");
+        assert_eq!(
+            applied_in_order(db, k).await,
+            (1..=10).collect::<Vec<_>>(),
+            "{k}"
+        );
     }
-    assert_eq!(applied(db, "k2").await, [1, 2, 3]);
+    assert_eq!(applied_in_order(db, "k2").await, [1, 2, 3]);
     // The relay's group keeper counts the declared group's parked key.
     let parked_keys = format!("outbox_parked_keys{{topic=\"t0\",group=\"{GROUP}\"}}");
     let http = relay.anonymous();
@@ -78,23 +37,17 @@ async fn a_poison_entry_parks_its_key_in_the_group_until_an_operator_acts() {
     // SIGKILLed and restarted: the key stays parked; the other keys go on.
     consumer.kill9();
     let _ = consumer;
-    let _consumer = ExampleConsumer::spawn(db, redis, "t0", GROUP, "c1", &args);
+    let _consumer = ExampleConsumer::spawn(db, redis, "t0", GROUP, "c1", PARK_ARGS);
     db.exec(
         "INSERT INTO outbox (topic, payload, partition_key)
          SELECT 't0', jsonb_build_object('n', n), k FROM generate_series(11, 12) AS n,
                 unnest(ARRAY['k0', 'k2']) AS k ORDER BY n, k",
     )
     .await;
-    wait_until(Duration::from_secs(60), || async {
-        match applied(db, "k0").await.len() {
-            12 => Ok(()),
-            n => Err(format!("k0: {n} of 12")),
-        }
-    })
-    .await;
-    wait_parked(&admin, 8).await;
+    wait_applied(db, "k0", 12).await;
+    wait_group_parked(&admin, GROUP, "k2", 8).await;
     assert_eq!(
-        applied(db, "k2").await,
+        applied_in_order(db, "k2").await,
         [1, 2, 3],
         "nothing of k2 took effect"
     );
@@ -134,8 +87,8 @@ async fn a_poison_entry_parks_its_key_in_the_group_until_an_operator_acts() {
         }
     })
     .await;
-    wait_parked(&admin, 8).await;
-    assert_eq!(applied(db, "k2").await, [1, 2, 3]);
+    wait_group_parked(&admin, GROUP, "k2", 8).await;
+    assert_eq!(applied_in_order(db, "k2").await, [1, 2, 3]);
 
     // A discard: the held entries take effect, in order, each once.
     let res = admin.post(
@@ -144,20 +97,16 @@ async fn a_poison_entry_parks_its_key_in_the_group_until_an_operator_acts() {
     );
     assert_eq!(res.status, 200, "{}", res.body);
     assert_eq!(res.json["released"], 8);
-    wait_until(Duration::from_secs(60), || async {
-        match applied(db, "k2").await.len() {
-            11 => Ok(()),
-            n => Err(format!("k2: {n} of 11")),
-        }
-    })
-    .await;
+    wait_applied(db, "k2", 11).await;
     assert_eq!(
-        applied(db, "k2").await,
+        applied_in_order(db, "k2").await,
         [1, 2, 3, 5, 6, 7, 8, 9, 10, 11, 12]
     );
     assert_effects_exactly_once(db, "t0").await;
     eventually(Duration::from_secs(30), "k2 flows again", || async {
-        group_parked(&admin)["keys"]
+        admin
+            .get(&format!("/api/v1/topics/t0/groups/{GROUP}/parked"))
+            .json["keys"]
             .as_array()
             .is_some_and(|k| k.is_empty())
     })

@@ -5,64 +5,24 @@
 
 use super::*;
 
-/// The consumers' arguments: quick retries, a short claim, two deliveries, keys parked.
-const PARK_ARGS: &[&str] = &[
-    "--park-keys",
-    "--max-deliveries",
-    "2",
-    "--retry-base",
-    "50ms",
-    "--claim-idle",
-    "2s",
-    "--concurrency",
-    "4",
-];
-
-/// Each applied `n` of key `key`, in the order the effects were applied.
-async fn applied(db: &TestDb, key: &str) -> Vec<i64> {
-    let text = db
-        .text(&format!(
-            "SELECT coalesce(json_agg((o.payload->>'n')::bigint ORDER BY e.applied_at), '[]')::text
-             FROM example_effects e JOIN outbox o ON o.id = e.event_id
-             WHERE o.partition_key = '{key}'"
-        ))
-        .await;
-    serde_json::from_str(&text).expect("a JSON list")
-}
-
-/// Waits until the group's parked keys are exactly k2, holding `held` entries.
-async fn wait_parked(admin: &Http, held: i64) {
-    let path = format!("/api/v1/topics/t0/groups/{EFFECTS_GROUP}/parked");
-    eventually(Duration::from_secs(60), "k2 parked", || async {
-        let res = admin.get(&path);
-        let keys = &res.json["keys"];
-        (keys.as_array().is_some_and(|k| k.len() == 1)
-            && keys[0]["key"] == "k2"
-            && keys[0]["held"] == held)
-            .then_some(())
-    })
-    .await
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn a_parked_key_stays_held_when_its_partitions_owner_dies_then_goes_out_in_order() {
     let relay = TokenRelay::start_with("fleet-park", relay_env).await;
     let (db, redis) = (&relay.db, &relay.redis);
-    db.exec(
-        "INSERT INTO outbox (topic, payload, partition_key)
-         SELECT 't0', jsonb_build_object('n', n, 'poison', k = 2 AND n = 4), 'k' || k
-         FROM generate_series(1, 10) AS n, generate_series(0, 9) AS k ORDER BY n, k",
-    )
-    .await;
+    insert_with_poison_in_k2(db, 10).await;
     let spawn_parking =
         |name: &str| ExampleConsumer::spawn(db, redis, "t0", EFFECTS_GROUP, name, PARK_ARGS);
     let mut fleet: Vec<ExampleConsumer> = (0..3).map(|i| spawn_parking(&format!("c{i}"))).collect();
     let admin = relay.admin();
-    wait_parked(&admin, 6).await;
+    wait_group_parked(&admin, EFFECTS_GROUP, "k2", 6).await;
     for k in (0..10).filter(|k| *k != 2) {
-        assert_eq!(applied(db, &format!("k{k}")).await.len(), 10, "k{k}");
+        assert_eq!(
+            applied_in_order(db, &format!("k{k}")).await.len(),
+            10,
+            "k{k}"
+        );
     }
-    assert_eq!(applied(db, "k2").await, [1, 2, 3]);
+    assert_eq!(applied_in_order(db, "k2").await, [1, 2, 3]);
 
     // The owner of k2's partition dies; another consumer takes the partition over.
     let p = outbox_core::partition::for_key("k2", PARTITIONS) as usize;
@@ -82,16 +42,10 @@ async fn a_parked_key_stays_held_when_its_partitions_owner_dies_then_goes_out_in
          SELECT 't0', jsonb_build_object('n', 11), k FROM unnest(ARRAY['k0', 'k2']) AS k",
     )
     .await;
-    wait_until(Duration::from_secs(60), || async {
-        match applied(db, "k0").await.len() {
-            11 => Ok(()),
-            n => Err(format!("k0: {n} of 11")),
-        }
-    })
-    .await;
-    wait_parked(&admin, 7).await;
+    wait_applied(db, "k0", 11).await;
+    wait_group_parked(&admin, EFFECTS_GROUP, "k2", 7).await;
     assert_eq!(
-        applied(db, "k2").await,
+        applied_in_order(db, "k2").await,
         [1, 2, 3],
         "nothing of k2 took effect"
     );
@@ -99,13 +53,10 @@ async fn a_parked_key_stays_held_when_its_partitions_owner_dies_then_goes_out_in
     let path = format!("/api/v1/topics/t0/groups/{EFFECTS_GROUP}/parked/k2/discard");
     let res = admin.post(&path, None);
     assert_eq!(res.status, 200, "{}", res.body);
-    wait_until(Duration::from_secs(60), || async {
-        match applied(db, "k2").await.len() {
-            10 => Ok(()),
-            n => Err(format!("k2: {n} of 10")),
-        }
-    })
-    .await;
-    assert_eq!(applied(db, "k2").await, [1, 2, 3, 5, 6, 7, 8, 9, 10, 11]);
+    wait_applied(db, "k2", 10).await;
+    assert_eq!(
+        applied_in_order(db, "k2").await,
+        [1, 2, 3, 5, 6, 7, 8, 9, 10, 11]
+    );
     assert_effects_exactly_once(db, "t0").await;
 }

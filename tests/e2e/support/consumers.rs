@@ -373,3 +373,72 @@ pub async fn xadd_event_at(
         .expect("xadd");
     id
 }
+
+/// Each applied `n` (the payload's) of partition key `key`, in the order the example
+/// consumers applied the effects.
+pub async fn applied_in_order(db: &TestDb, key: &str) -> Vec<i64> {
+    let text = db
+        .text(&format!(
+            "SELECT coalesce(json_agg((o.payload->>'n')::bigint ORDER BY e.applied_at), '[]')::text
+             FROM example_effects e JOIN outbox o ON o.id = e.event_id
+             WHERE o.partition_key = '{key}'"
+        ))
+        .await;
+    serde_json::from_str(&text).expect("a JSON list")
+}
+
+/// Waits until the admin API lists exactly one parked key of `group` on t0, `key`, holding
+/// `held` entries; returns the list.
+pub async fn wait_group_parked(
+    admin: &super::Http,
+    group: &str,
+    key: &str,
+    held: i64,
+) -> serde_json::Value {
+    let path = format!("/api/v1/topics/t0/groups/{group}/parked");
+    super::eventually(Duration::from_secs(60), "the key parked", || async {
+        let res = admin.get(&path);
+        let keys = &res.json["keys"];
+        (keys.as_array().is_some_and(|k| k.len() == 1)
+            && keys[0]["key"] == key
+            && keys[0]["held"] == held)
+            .then(|| res.json.clone())
+    })
+    .await
+}
+
+/// Waits until `n` effects of partition key `key` are applied.
+pub async fn wait_applied(db: &TestDb, key: &str, n: usize) {
+    wait_until(Duration::from_secs(60), || async {
+        match applied_in_order(db, key).await.len() {
+            got if got == n => Ok(()),
+            got => Err(format!("{key}: {got} of {n} applied")),
+        }
+    })
+    .await;
+}
+
+/// Example consumers that park keys: two deliveries, quick retries, a short claim.
+pub const PARK_ARGS: &[&str] = &[
+    "--park-keys",
+    "--max-deliveries",
+    "2",
+    "--retry-base",
+    "50ms",
+    "--claim-idle",
+    "2s",
+    "--concurrency",
+    "4",
+];
+
+/// Ten events (`n` 1 to 10) of each key `k0` to `k<keys - 1>` on t0, interleaved; the 4th of
+/// `k2` is poison.
+pub async fn insert_with_poison_in_k2(db: &TestDb, keys: u32) {
+    db.exec(&format!(
+        "INSERT INTO outbox (topic, payload, partition_key)
+         SELECT 't0', jsonb_build_object('n', n, 'poison', k = 2 AND n = 4), 'k' || k
+         FROM generate_series(1, 10) AS n, generate_series(0, {}) AS k ORDER BY n, k",
+        keys - 1
+    ))
+    .await;
+}

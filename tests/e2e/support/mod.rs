@@ -27,9 +27,10 @@ use std::net::TcpListener;
 
 pub use self::cluster::OwnCluster;
 pub use self::consumers::{
-    assert_effects_exactly_once, example_bin, group_pending, sigkill_while_producing,
-    try_group_pending, wait_settled, wait_until, xadd_event, xadd_event_at, Chaos, ExampleConsumer,
-    CHAOS_ARGS, EFFECTS_GROUP,
+    applied_in_order, assert_effects_exactly_once, example_bin, group_pending,
+    insert_with_poison_in_k2, sigkill_while_producing, try_group_pending, wait_applied,
+    wait_group_parked, wait_settled, wait_until, xadd_event, xadd_event_at, Chaos, ExampleConsumer,
+    CHAOS_ARGS, EFFECTS_GROUP, PARK_ARGS,
 };
 pub use self::db::{pg_addr, pg_url, OwnPostgres, TestDb};
 pub use self::events::{
