@@ -10,6 +10,11 @@
 //! | `verify-ca` | yes | a certificate signed by `sslrootcert` (else the system's CAs), any host name |
 //! | `verify-full` | yes | as `verify-ca`, for the host name the URL connects to |
 //!
+//! Several hosts (`postgres://u@h1:5432,h2:5432/db?target_session_attrs=read-write`) are
+//! tried in order, as libpq does; `target_session_attrs=primary` is taken as `read-write`
+//! (what tokio-postgres checks: a primary accepts writes, a standby refuses them). With
+//! `verify-full`, each host's certificate is checked for that host's own name.
+//!
 //! A leaf both sides use: `config` checks `database.url` with it, so a bad URL or TLS file
 //! stops the start, and `db::tls` connects with what it parsed.
 
@@ -57,11 +62,12 @@ impl Target {
     /// Parses the URL and checks its TLS parameters, loading each file once so that a bad
     /// path or a file that holds no certificate is reported at start, not at first connect.
     pub fn parse(raw: &str) -> Result<Target, TlsSettingError> {
-        let mut url = url::Url::parse(raw).map_err(|e| TlsSettingError(e.to_string()))?;
+        // Not `url::Url`: it refuses the comma-separated hosts libpq and tokio-postgres take.
+        let (base, query) = raw.split_once('?').unwrap_or((raw, ""));
         let mut mode = TlsMode::Prefer;
         let (mut root_cert, mut client_cert, mut client_key) = (None, None, None);
         let mut kept: Vec<(String, String)> = Vec::new();
-        for (key, value) in url.query_pairs() {
+        for (key, value) in url::form_urlencoded::parse(query.as_bytes()) {
             match key.as_ref() {
                 "sslmode" => {
                     mode = match value.as_ref() {
@@ -80,16 +86,21 @@ impl Target {
                 "sslrootcert" => root_cert = Some(PathBuf::from(value.as_ref())),
                 "sslcert" => client_cert = Some(PathBuf::from(value.as_ref())),
                 "sslkey" => client_key = Some(PathBuf::from(value.as_ref())),
+                "target_session_attrs" if value == "primary" => {
+                    kept.push((key.into_owned(), "read-write".into()))
+                }
                 _ => kept.push((key.into_owned(), value.into_owned())),
             }
         }
-        if kept.is_empty() {
-            url.set_query(None);
-        } else {
-            url.query_pairs_mut().clear().extend_pairs(kept);
+        let mut url = base.to_string();
+        if !kept.is_empty() {
+            let query: String = url::form_urlencoded::Serializer::new(String::new())
+                .extend_pairs(kept)
+                .finish();
+            url = format!("{url}?{query}");
         }
-        let config = tokio_postgres::Config::from_str(url.as_str())
-            .map_err(|e| TlsSettingError(e.to_string()))?;
+        let config =
+            tokio_postgres::Config::from_str(&url).map_err(|e| TlsSettingError(e.to_string()))?;
         if mode == TlsMode::Require && root_cert.is_some() {
             mode = TlsMode::VerifyCa;
         }
@@ -247,6 +258,21 @@ mod tests {
         assert_eq!(t.mode(), TlsMode::Disable);
         assert_eq!(t.config.get_application_name(), Some("x"));
         assert_eq!(t.config.get_dbname(), Some("db"));
+    }
+
+    #[test]
+    fn several_hosts_are_kept_in_order_and_primary_means_read_write() {
+        let t = Target::parse(
+            "postgres://u@h1:5433,h2:5434/db?target_session_attrs=primary&sslmode=disable",
+        )
+        .expect("parses");
+        assert_eq!(t.config.get_ports(), &[5433, 5434]);
+        assert_eq!(t.config.get_hosts().len(), 2);
+        assert_eq!(
+            t.config.get_target_session_attrs(),
+            tokio_postgres::config::TargetSessionAttrs::ReadWrite
+        );
+        assert_eq!(t.mode(), TlsMode::Disable);
     }
 
     #[test]

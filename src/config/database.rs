@@ -93,11 +93,11 @@ pub(super) const RULES: &[Rule] = &[
 ];
 
 fn postgres_url(raw: &str) -> Result<(), String> {
-    let parsed = url::Url::parse(raw).map_err(|e| e.to_string())?;
-    if !matches!(parsed.scheme(), "postgres" | "postgresql") {
+    // Not `url::Url`: it refuses the comma-separated hosts of a multi-host URL.
+    let scheme = raw.split_once("://").map_or("", |(scheme, _)| scheme);
+    if !matches!(scheme, "postgres" | "postgresql") {
         return Err(format!(
-            "scheme must be postgres:// or postgresql://, not {}://",
-            parsed.scheme()
+            "scheme must be postgres:// or postgresql://, not {scheme}://"
         ));
     }
     crate::pgurl::Target::parse(raw)
