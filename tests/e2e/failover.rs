@@ -1,6 +1,8 @@
 //! Postgres failover (contract section 14), so far: a `DATABASE_URL` naming several hosts as
 //! libpq reads them. `migrate` and `run` (its pools and its LISTEN connection) use the first
-//! host that accepts a connection with the session attributes asked for.
+//! host that accepts a connection with the session attributes asked for; when the primary
+//! dies and its streaming standby is promoted, the relay finds the new primary by itself and
+//! goes on, every event once, no attempt spent.
 
 use std::process::Command;
 use std::time::Duration;
@@ -52,4 +54,58 @@ async fn a_url_whose_first_host_is_down_migrates_and_relays_through_the_next() {
     .await;
     db.wait_until_published(Duration::from_secs(30)).await;
     assert_eq!(redis.xlen("t0").await, 20);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_relay_follows_a_promoted_standby_by_itself() {
+    let (primary, first) = OwnPostgres::start_migrated().await;
+    let standby = OwnPostgres::standby_of(&primary);
+    let second = TestDb::at(&standby.url());
+    let redis = TestRedis::shared();
+    let url = format!(
+        "postgres://postgres@127.0.0.1:{},127.0.0.1:{}/postgres?target_session_attrs=primary",
+        primary.port(),
+        standby.port()
+    );
+    let mut env: Vec<(String, String)> = base_env(&first, &redis)
+        .into_iter()
+        .filter(|(k, _)| k != "DATABASE_URL")
+        .collect();
+    env.push(("DATABASE_URL".into(), url));
+    let relay = RelayProc::spawn("follow", &env);
+    relay.wait_ready(Duration::from_secs(30)).await;
+    let insert = |from: i64| {
+        format!(
+            "INSERT INTO outbox (topic, payload, partition_key)
+             SELECT 't0', jsonb_build_object('n', i), 'k' || (i % 3)
+             FROM generate_series({from}, {}) AS i",
+            from + 19
+        )
+    };
+    first.exec(&insert(1)).await;
+    first.wait_until_published(Duration::from_secs(30)).await;
+    // The standby has replayed the marks before the primary dies.
+    second
+        .wait_for(
+            "SELECT count(*) FROM outbox WHERE published_at IS NOT NULL",
+            20,
+            Duration::from_secs(30),
+        )
+        .await;
+    primary.stop();
+    standby.promote();
+    second.exec(&insert(21)).await;
+    second.wait_until_published(Duration::from_secs(60)).await;
+    let ids = redis.entries("t0").await;
+    let distinct: std::collections::HashSet<&String> = ids.iter().map(|e| &e["id"]).collect();
+    assert_eq!(ids.len(), 40, "every event once");
+    assert_eq!(distinct.len(), 40);
+    assert_per_key_order(&ids);
+    assert_eq!(
+        second
+            .scalar("SELECT count(*) FROM outbox WHERE attempts > 0")
+            .await,
+        0,
+        "the outage spent no attempt"
+    );
 }

@@ -339,6 +339,64 @@ impl OwnPostgres {
         me
     }
 
+    /// A streaming standby of `primary` (`pg_basebackup -R`), started on a port of its own.
+    pub fn standby_of(primary: &OwnPostgres) -> OwnPostgres {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let _ = Command::new("chown")
+            .arg("postgres")
+            .arg(dir.path())
+            .status();
+        let data = dir.path().join("data");
+        let out = as_postgres_user(&primary.bin.join("pg_basebackup"))
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-U",
+                "postgres",
+                "-R",
+                "-X",
+                "stream",
+                "--no-sync",
+            ])
+            .args(["-p", &primary.port.to_string(), "-D"])
+            .arg(&data)
+            .output()
+            .expect("pg_basebackup");
+        assert!(
+            out.status.success(),
+            "pg_basebackup: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let me = OwnPostgres {
+            port: free_port(),
+            dir,
+            bin: primary.bin.clone(),
+            options: primary.options.clone(),
+        };
+        me.restart();
+        me
+    }
+
+    /// Promotes a standby to primary; returns once it accepts writes.
+    pub fn promote(&self) {
+        let out = as_postgres_user(&self.bin.join("pg_ctl"))
+            .arg("-D")
+            .arg(self.dir.path().join("data"))
+            .args(["-w", "promote"])
+            .output()
+            .expect("pg_ctl promote");
+        assert!(
+            out.status.success(),
+            "pg_ctl promote: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// Its port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
     pub fn url(&self) -> String {
         format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
     }
