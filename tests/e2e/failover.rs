@@ -109,3 +109,41 @@ async fn the_relay_follows_a_promoted_standby_by_itself() {
         "the outage spent no attempt"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn migrate_through_a_url_whose_first_host_is_a_standby_migrates_the_primary() {
+    let primary = OwnPostgres::start();
+    let standby = OwnPostgres::standby_of(&primary);
+    let url = format!(
+        "postgres://postgres@127.0.0.1:{},127.0.0.1:{}/postgres?target_session_attrs=read-write",
+        standby.port(),
+        primary.port()
+    );
+    let out = Command::new(BIN)
+        .arg("migrate")
+        .env_clear()
+        .env("PATH", std::env::var("PATH").expect("PATH"))
+        .env("DATABASE_URL", &url)
+        .output()
+        .expect("migrate runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let on_primary = TestDb::at(&primary.url());
+    assert_eq!(
+        on_primary
+            .scalar("SELECT count(*) FROM pg_tables WHERE tablename = 'outbox'")
+            .await,
+        1
+    );
+    // And the standby replays it.
+    TestDb::at(&standby.url())
+        .wait_for(
+            "SELECT count(*) FROM pg_tables WHERE tablename = 'outbox'",
+            1,
+            Duration::from_secs(30),
+        )
+        .await;
+}
