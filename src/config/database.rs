@@ -26,6 +26,13 @@ pub struct DatabaseSettings {
     /// transaction mode (PgBouncer `pool_mode = transaction`), which means what
     /// `prepared_statements = false` with `relay.poll_only = true` means.
     pub pooler: Pooler,
+    /// Standbys that must have flushed the WAL up to a batch's claim before its events are
+    /// published (`pg_stat_replication`); 0 publishes at once.
+    pub wait_standbys: u32,
+    /// How long a batch waits for them; a batch that waited in vain goes back to pending,
+    /// without an attempt.
+    #[serde(with = "humantime_serde")]
+    pub wait_standbys_timeout: std::time::Duration,
 }
 
 /// What sits between the relay and Postgres (`database.pooler`).
@@ -48,6 +55,8 @@ impl Default for DatabaseSettings {
             pool_size: 8,
             prepared_statements: true,
             pooler: Pooler::Direct,
+            wait_standbys: 0,
+            wait_standbys_timeout: std::time::Duration::from_secs(1),
         }
     }
 }

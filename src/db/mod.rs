@@ -13,6 +13,7 @@ pub mod pool;
 pub mod pooler;
 pub mod replicas;
 pub mod schema;
+pub mod standbys;
 pub mod stream_marks;
 pub mod tls;
 pub mod topics;
@@ -34,6 +35,9 @@ pub enum DbError {
     /// A dedicated connection (LISTEN, migrations) could not be opened.
     #[error("postgres connection failed: {0}")]
     Connect(#[from] diesel::ConnectionError),
+    /// The standbys did not confirm a batch in time (`database.wait_standbys`).
+    #[error("{0}")]
+    Standbys(String),
 }
 
 impl From<diesel_async::pooled_connection::bb8::RunError> for DbError {

@@ -60,6 +60,8 @@ pub struct CycleDeps {
     pub overlap: Overlap,
     /// Cluster-wide claim slots (`relay.cluster_claims`).
     pub slots: SlotGate,
+    /// `database.wait_standbys` and `database.wait_standbys_timeout`.
+    pub standbys: (u32, Duration),
 }
 
 /// What one cycle did.
@@ -253,6 +255,18 @@ async fn claim_and_publish(
     if let Some(held) = deps.gate.held() {
         // Held since the cycle began: nothing is sent, the batch rolls back.
         return Err(CycleError::Redis(PublishError::Outage(held)).into());
+    }
+    let (standbys, timeout) = deps.standbys;
+    if standbys > 0 {
+        // The claimed rows' commits are before this point of the WAL: once the standbys have
+        // flushed it, a failover to one of them keeps every event about to be published.
+        if !crate::db::standbys::wait(c, standbys, timeout).await? {
+            crate::telemetry::wait_standbys_timed_out();
+            return Err(CycleError::Postgres(DbError::Standbys(format!(
+                "fewer than {standbys} standby(s) flushed the WAL to the batch's claim within {timeout:?} (database.wait_standbys): the batch goes back to pending, no attempt spent"
+            )))
+            .into());
+        }
     }
     let results = publish(c, deps, calls, overlap.then_some(&rows)).await?;
     let results = repair::stage(deps.topics.publisher(), &deps.db, deps.repair, results).await;

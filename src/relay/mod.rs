@@ -151,6 +151,10 @@ fn start_claiming(
         delete_on_publish: settings.delete_on_publish(),
         overlap: overlap::Overlap::new(settings.relay.overlap_mark),
         slots: slots::SlotGate::new(settings.relay.cluster_claims as i32),
+        standbys: (
+            settings.database.wait_standbys,
+            settings.database.wait_standbys_timeout,
+        ),
     };
     topics.start_configured();
     let config = ClaimerConfig {

@@ -110,6 +110,10 @@ pub fn install_metrics() -> Option<PrometheusHandle> {
         "Events not yet published and not dead"
     );
     metrics::describe_gauge!("outbox_events_dead", "Dead-lettered events");
+    metrics::describe_counter!(
+        "outbox_postgres_wait_standbys_timeouts_total",
+        "Batches that waited in vain for database.wait_standbys standbys (back to pending, no attempt)"
+    );
     metrics::describe_gauge!(
         "outbox_parked_keys",
         "Keys a declared consumer group parks behind a dead-lettered entry"
@@ -162,6 +166,7 @@ pub fn install_metrics() -> Option<PrometheusHandle> {
     for name in [
         "outbox_events_failed_total",
         "outbox_events_dead_lettered_total",
+        "outbox_postgres_wait_standbys_timeouts_total",
         "outbox_events_duplicate_total",
         "outbox_retention_deleted_total",
     ] {
@@ -430,6 +435,11 @@ pub fn job_failed_quietly(job: ActorName, error: &dyn Display) {
 pub fn retention_deleted(rows: usize) {
     counter!("outbox_retention_deleted_total").increment(rows as u64);
     tracing::debug!(rows, "retention deleted published rows");
+}
+
+/// A batch waited in vain for `database.wait_standbys` standbys; it goes back to pending.
+pub fn wait_standbys_timed_out() {
+    counter!("outbox_postgres_wait_standbys_timeouts_total").increment(1);
 }
 
 /// A fresh sample of a parking topic's held events.

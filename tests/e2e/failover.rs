@@ -2,7 +2,8 @@
 //! libpq reads them. `migrate` and `run` (its pools and its LISTEN connection) use the first
 //! host that accepts a connection with the session attributes asked for; when the primary
 //! dies and its streaming standby is promoted, the relay finds the new primary by itself and
-//! goes on, every event once, no attempt spent.
+//! goes on, every event once, no attempt spent; with `database.wait_standbys`, what the
+//! standby has not flushed is not published.
 
 use std::process::Command;
 use std::time::Duration;
@@ -146,4 +147,68 @@ async fn migrate_through_a_url_whose_first_host_is_a_standby_migrates_the_primar
             Duration::from_secs(30),
         )
         .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn wait_standbys_holds_back_what_the_standby_has_not_flushed_without_an_attempt() {
+    let (primary, db) = OwnPostgres::start_migrated().await;
+    let link = Proxy::start(primary.port()).await;
+    let _standby = OwnPostgres::standby_through(&primary, link.port);
+    let redis = TestRedis::shared();
+    let mut env = base_env(&db, &redis);
+    env.push(("OUTBOX__DATABASE__WAIT_STANDBYS".into(), "1".into()));
+    env.push((
+        "OUTBOX__DATABASE__WAIT_STANDBYS_TIMEOUT".into(),
+        "300ms".into(),
+    ));
+    let relay = RelayProc::spawn("wait-standbys", &env);
+    relay.wait_ready(Duration::from_secs(30)).await;
+    let insert = |from: i64| {
+        format!(
+            "INSERT INTO outbox (topic, payload, partition_key)
+             SELECT 't0', jsonb_build_object('n', i), 'k' || (i % 3)
+             FROM generate_series({from}, {}) AS i",
+            from + 9
+        )
+    };
+    db.exec(&insert(1)).await;
+    db.wait_until_published(Duration::from_secs(30)).await;
+    assert_eq!(
+        redis.xlen("t0").await,
+        10,
+        "a streaming standby confirms at once"
+    );
+
+    // The standby's link held: it flushes nothing newer, so nothing newer is published.
+    link.hold();
+    db.wait_for(
+        "SELECT count(*) FROM pg_stat_replication",
+        0,
+        Duration::from_secs(30),
+    )
+    .await;
+    db.exec(&insert(11)).await;
+    let http = relay.http();
+    http.wait_counter_rise(
+        "outbox_postgres_wait_standbys_timeouts_total",
+        Duration::from_secs(30),
+    )
+    .await;
+    http.wait_counter_rise(
+        "outbox_postgres_wait_standbys_timeouts_total",
+        Duration::from_secs(30),
+    )
+    .await;
+    assert_eq!(redis.xlen("t0").await, 10, "nothing the standby lacks");
+    assert_eq!(db.pending().await, 10);
+
+    // Back: the batch goes out, no attempt spent.
+    link.release();
+    db.wait_until_published(Duration::from_secs(60)).await;
+    assert_eq!(redis.xlen("t0").await, 20);
+    assert_eq!(
+        db.scalar("SELECT count(*) FROM outbox WHERE attempts > 0")
+            .await,
+        0
+    );
 }

@@ -341,6 +341,12 @@ impl OwnPostgres {
 
     /// A streaming standby of `primary` (`pg_basebackup -R`), started on a port of its own.
     pub fn standby_of(primary: &OwnPostgres) -> OwnPostgres {
+        OwnPostgres::standby_through(primary, primary.port)
+    }
+
+    /// [`OwnPostgres::standby_of`], its replication connection to `port` (a proxy in front
+    /// of the primary that the test can hold).
+    pub fn standby_through(primary: &OwnPostgres, port: u16) -> OwnPostgres {
         let dir = tempfile::tempdir().expect("tempdir");
         let _ = Command::new("chown")
             .arg("postgres")
@@ -367,6 +373,13 @@ impl OwnPostgres {
             "pg_basebackup: {}",
             String::from_utf8_lossy(&out.stderr)
         );
+        // The last setting wins over the one `-R` wrote.
+        let auto = data.join("postgresql.auto.conf");
+        let mut conf = std::fs::read_to_string(&auto).expect("postgresql.auto.conf");
+        conf.push_str(&format!(
+            "primary_conninfo = 'host=127.0.0.1 port={port} user=postgres'\n"
+        ));
+        std::fs::write(&auto, conf).expect("write postgresql.auto.conf");
         let me = OwnPostgres {
             port: free_port(),
             dir,
