@@ -3,7 +3,8 @@
 //! host that accepts a connection with the session attributes asked for; when the primary
 //! dies and its streaming standby is promoted, the relay finds the new primary by itself and
 //! goes on, every event once, no attempt spent; with `database.wait_standbys`, what the
-//! standby has not flushed is not published.
+//! standby has not flushed is not published, and a failover leaves no phantom event (without
+//! it, the test shows the phantoms appear).
 
 use std::process::Command;
 use std::time::Duration;
@@ -211,4 +212,107 @@ async fn wait_standbys_holds_back_what_the_standby_has_not_flushed_without_an_at
             .await,
         0
     );
+}
+
+/// A failover while the standby's link is held: the primary committed `held` events the
+/// standby never received. Returns the stream's event ids and the new primary's.
+async fn failover_with_a_lagging_standby(
+    wait_standbys: bool,
+) -> (Vec<String>, std::collections::HashSet<String>) {
+    let (primary, first) = OwnPostgres::start_migrated().await;
+    let link = Proxy::start(primary.port()).await;
+    let standby = OwnPostgres::standby_through(&primary, link.port);
+    let second = TestDb::at(&standby.url());
+    let redis = TestRedis::shared();
+    let url = format!(
+        "postgres://postgres@127.0.0.1:{},127.0.0.1:{}/postgres?target_session_attrs=primary",
+        primary.port(),
+        standby.port()
+    );
+    let mut env: Vec<(String, String)> = base_env(&first, &redis)
+        .into_iter()
+        .filter(|(k, _)| k != "DATABASE_URL")
+        .collect();
+    env.push(("DATABASE_URL".into(), url));
+    if wait_standbys {
+        env.push(("OUTBOX__DATABASE__WAIT_STANDBYS".into(), "1".into()));
+        env.push((
+            "OUTBOX__DATABASE__WAIT_STANDBYS_TIMEOUT".into(),
+            "300ms".into(),
+        ));
+    }
+    let relay = RelayProc::spawn("phantoms", &env);
+    relay.wait_ready(Duration::from_secs(30)).await;
+    let insert = |from: i64| {
+        format!(
+            "INSERT INTO outbox (topic, payload, partition_key)
+             SELECT 't0', jsonb_build_object('n', i), 'k' || (i % 3)
+             FROM generate_series({from}, {}) AS i",
+            from + 9
+        )
+    };
+    first.exec(&insert(1)).await;
+    first.wait_until_published(Duration::from_secs(30)).await;
+    second
+        .wait_for(
+            "SELECT count(*) FROM outbox WHERE published_at IS NOT NULL",
+            10,
+            Duration::from_secs(30),
+        )
+        .await;
+    link.hold();
+    first
+        .wait_for(
+            "SELECT count(*) FROM pg_stat_replication",
+            0,
+            Duration::from_secs(30),
+        )
+        .await;
+    first.exec(&insert(11)).await;
+    let http = relay.http();
+    if wait_standbys {
+        http.wait_counter_rise(
+            "outbox_postgres_wait_standbys_timeouts_total",
+            Duration::from_secs(30),
+        )
+        .await;
+    } else {
+        first.wait_until_published(Duration::from_secs(30)).await;
+    }
+    primary.stop();
+    standby.promote();
+    // The new primary gets a standby of its own: with the setting, nothing goes out without.
+    let _next = OwnPostgres::standby_of(&standby);
+    second.exec(&insert(21)).await;
+    second.wait_until_published(Duration::from_secs(60)).await;
+    let stream: Vec<String> = redis
+        .entries("t0")
+        .await
+        .into_iter()
+        .map(|e| e["id"].clone())
+        .collect();
+    let text = second
+        .text("SELECT coalesce(json_agg(id::text), '[]')::text FROM outbox")
+        .await;
+    let rows: Vec<String> = serde_json::from_str(&text).expect("ids");
+    (stream, rows.into_iter().collect())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn without_wait_standbys_a_failover_leaves_phantom_events_and_with_it_none() {
+    // Without the setting: the ten events committed while the link was held were published,
+    // and the promoted standby never had them.
+    let (stream, rows) = failover_with_a_lagging_standby(false).await;
+    let phantoms = stream.iter().filter(|id| !rows.contains(*id)).count();
+    assert_eq!(phantoms, 10, "published, and gone with the old primary");
+
+    // With it: every entry's event exists on the new primary, each once.
+    let (stream, rows) = failover_with_a_lagging_standby(true).await;
+    assert!(
+        stream.iter().all(|id| rows.contains(id)),
+        "no phantom: {stream:?}"
+    );
+    let distinct: std::collections::HashSet<&String> = stream.iter().collect();
+    assert_eq!(distinct.len(), stream.len(), "each once");
+    assert_eq!(distinct.len(), rows.len(), "every event of the new primary");
 }

@@ -15,7 +15,7 @@
 //! | [`partitions`] | partitioned topics: each key in its Kafka partition's stream, in order, once; declared groups on every partition; a relay with another count refused; `repartition` |
 //! | [`big_events`] | megabyte events drain in bounded memory |
 //! | [`inbox_batches`] | the library's batch inbox: one transaction per batch, each effect once, a failing batch dead-lettered |
-//! | [`failover`] | Postgres failover: a multi-host `DATABASE_URL` whose first host is down; `migrate`, `run` and its LISTEN connection use the next; the primary killed and its streaming standby promoted, the relay follows, every event once, no attempt spent; `migrate` with a standby first; `database.wait_standbys = 1` holds back what the standby has not flushed (its link held), then publishes it, no attempt spent |
+//! | [`failover`] | Postgres failover: a multi-host `DATABASE_URL` whose first host is down; `migrate`, `run` and its LISTEN connection use the next; the primary killed and its streaming standby promoted, the relay follows, every event once, no attempt spent; `migrate` with a standby first; `database.wait_standbys = 1` holds back what the standby has not flushed (its link held), then publishes it, no attempt spent; a failover while the standby lags: without the setting 10 phantom events (in the stream, not on the new primary), with it none, each event once |
 //! | [`groups`] | declared consumer groups made before the first publish, their metrics, `redis.trim_acked` |
 //! | [`dedup`] | the publish script's dedup windows and the retired sets' freeing |
 //! | [`wake`] | producers' NOTIFY quieted while a relay drains, and back after |
