@@ -24,6 +24,27 @@ struct Flushed {
     flushed: i64,
 }
 
+#[derive(QueryableByName)]
+struct Reader {
+    #[diesel(sql_type = Text)]
+    role: String,
+    #[diesel(sql_type = diesel::sql_types::Bool)]
+    sees: bool,
+}
+
+/// The connection's role, and whether it sees the standbys' progress in `pg_stat_replication`
+/// (a superuser or a member of `pg_monitor`; others read its LSN columns as null).
+pub async fn can_read_progress(conn: &mut AsyncPgConnection) -> Result<(String, bool), DbError> {
+    let r: Reader = diesel::sql_query(
+        "SELECT current_user::text AS role,
+                (pg_has_role(current_user, 'pg_monitor', 'MEMBER')
+                 OR (SELECT rolsuper FROM pg_roles WHERE rolname = current_user)) AS sees",
+    )
+    .get_result(conn)
+    .await?;
+    Ok((r.role, r.sees))
+}
+
 /// Waits until `standbys` standbys have flushed the WAL up to where it is now (on `conn`'s
 /// server, inside its transaction); false when `timeout` passed first.
 pub async fn wait(

@@ -1,6 +1,7 @@
 //! The publish gate: whether anything may be sent to Redis now. The readiness job reports to
 //! it what it found (Redis cannot confirm writes as `redis.wait_fsync` asks, or is fuller than
-//! `redis.max_memory_ratio`); the claim cycle reads it before it claims and again before it
+//! `redis.max_memory_ratio`, or the relay's role cannot read the standbys' progress that
+//! `database.wait_standbys` waits for); the claim cycle reads it before it claims and again before it
 //! publishes, and claims or sends nothing while it is held. The publisher itself knows
 //! nothing of it: one value, read in one place, decides.
 
@@ -22,6 +23,9 @@ struct Held {
     durability: Option<Unsupported>,
     /// Redis is too full: why.
     memory: Option<String>,
+    /// `database.wait_standbys` cannot be honoured (the role cannot read the standbys'
+    /// progress): why.
+    standbys: Option<String>,
 }
 
 impl PublishGate {
@@ -36,6 +40,7 @@ impl PublishGate {
             held: Arc::new(Mutex::new(Held {
                 durability: unchecked,
                 memory: None,
+                standbys: None,
             })),
         }
     }
@@ -54,13 +59,24 @@ impl PublishGate {
         self.lock().memory = full;
     }
 
+    /// The standbys check's latest verdict: `Some(why)` while `database.wait_standbys` cannot
+    /// be honoured.
+    pub fn report_standbys(&self, refused: Option<String>) {
+        self.lock().standbys = refused;
+    }
+
+    /// Whether the standbys check holds it now.
+    pub fn standbys_held(&self) -> bool {
+        self.lock().standbys.is_some()
+    }
+
     /// Why nothing may be sent now, if anything.
     pub fn held(&self) -> Option<String> {
         let held = self.lock();
         if let Some(refused) = &held.durability {
             return Some(refused.to_string());
         }
-        held.memory.clone()
+        held.standbys.clone().or_else(|| held.memory.clone())
     }
 }
 

@@ -240,6 +240,7 @@ fn start_periodic(
             health: wiring.health.clone(),
             gate: gate.clone(),
             max_memory_ratio: settings.redis.max_memory_ratio,
+            wait_standbys: settings.database.wait_standbys,
         },
         watched,
     );

@@ -34,6 +34,39 @@ pub struct ReadinessCheck {
     pub gate: PublishGate,
     /// `redis.max_memory_ratio`: above it, publishing holds.
     pub max_memory_ratio: f64,
+    /// `database.wait_standbys`: when set, the relay's role must read the standbys' progress.
+    pub wait_standbys: u32,
+}
+
+/// Whether `database.wait_standbys` can be honoured: the relay's role reads the standbys'
+/// progress. Logs once when it turns either way, naming the setting and the grant; a Postgres
+/// that does not answer keeps the last verdict (its ping says it is away).
+async fn standbys_ok(check: &ReadinessCheck) -> bool {
+    if check.wait_standbys == 0 {
+        return true;
+    }
+    let was = !check.gate.standbys_held();
+    let Ok(Ok((role, sees))) = tokio::time::timeout(
+        PING_TIMEOUT,
+        check.db.unit(crate::db::standbys::can_read_progress),
+    )
+    .await
+    else {
+        return was;
+    };
+    let refused = (!sees).then(|| format!(
+        "database.wait_standbys is {} but role {role} cannot read the standbys' progress in pg_stat_replication: GRANT pg_monitor TO {role}; not ready, nothing is published",
+        check.wait_standbys
+    ));
+    if let Some(why) = &refused {
+        if was {
+            tracing::error!(setting = "database.wait_standbys", "{why}");
+        }
+    } else if !was {
+        tracing::info!("the standbys' progress is readable: publishing goes on");
+    }
+    check.gate.report_standbys(refused.clone());
+    refused.is_none()
 }
 
 async fn postgres_ok(db: &Db) -> bool {
@@ -110,7 +143,7 @@ impl Job for ReadinessCheck {
         let me = self.clone();
         async move {
             let (postgres, redis) = futures::join!(postgres_ok(&me.db), me.publisher.ping());
-            let durable = !redis || durability_ok(&me).await;
+            let durable = (!redis || durability_ok(&me).await) && standbys_ok(&me).await;
             let roomy = !redis || memory_ok(&me).await;
             me.health.checked(postgres, redis);
             me.health.set_durability(durable);

@@ -4,7 +4,8 @@
 //! dies and its streaming standby is promoted, the relay finds the new primary by itself and
 //! goes on, every event once, no attempt spent; with `database.wait_standbys`, what the
 //! standby has not flushed is not published, and a failover leaves no phantom event (without
-//! it, the test shows the phantoms appear).
+//! it, the test shows the phantoms appear); a role that cannot read the standbys' progress
+//! leaves the relay not ready, saying which grant it needs.
 
 use std::process::Command;
 use std::time::Duration;
@@ -315,4 +316,51 @@ async fn without_wait_standbys_a_failover_leaves_phantom_events_and_with_it_none
     let distinct: std::collections::HashSet<&String> = stream.iter().collect();
     assert_eq!(distinct.len(), stream.len(), "each once");
     assert_eq!(distinct.len(), rows.len(), "every event of the new primary");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn wait_standbys_with_a_role_that_cannot_read_the_standbys_progress_is_not_ready() {
+    let (primary, db) = OwnPostgres::start_migrated().await;
+    db.exec(
+        "CREATE ROLE relay_plain LOGIN;
+         GRANT ALL ON ALL TABLES IN SCHEMA public TO relay_plain;
+         GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO relay_plain;
+         GRANT ALL ON SCHEMA public TO relay_plain",
+    )
+    .await;
+    let redis = TestRedis::shared();
+    let mut env: Vec<(String, String)> = base_env(&db, &redis)
+        .into_iter()
+        .filter(|(k, _)| k != "DATABASE_URL")
+        .collect();
+    env.push((
+        "DATABASE_URL".into(),
+        format!(
+            "postgres://relay_plain@127.0.0.1:{}/postgres",
+            primary.port()
+        ),
+    ));
+    env.push(("OUTBOX__DATABASE__WAIT_STANDBYS".into(), "1".into()));
+    let relay = RelayProc::spawn("no-monitor", &env);
+    let http = relay.http();
+    http.wait_status("/readyz", 503, Duration::from_secs(30))
+        .await;
+    eventually(
+        Duration::from_secs(30),
+        "the line naming the grant",
+        || async { relay.log().contains("GRANT pg_monitor TO relay_plain") },
+    )
+    .await;
+    // A second later the relay is still not ready, and has said it once.
+    relay.wait_for_a_claim_cycle(Duration::from_secs(10)).await;
+    assert_eq!(http.status("/readyz"), 503);
+    let lines = relay
+        .log()
+        .lines()
+        .filter(|l| l.contains("database.wait_standbys") && l.contains("pg_monitor"))
+        .count();
+    assert_eq!(lines, 1, "{}", relay.log());
+    db.exec("GRANT pg_monitor TO relay_plain").await;
+    http.wait_status("/readyz", 200, Duration::from_secs(30))
+        .await;
 }
