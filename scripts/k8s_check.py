@@ -6,12 +6,19 @@ Subcommands (each prints one line per failure and exits 1 if there was any):
   dockerfile                 the Dockerfile's shape (multi-stage, non-root, entrypoint, ...) and
                              a build context (.dockerignore) that keeps what cargo needs
   split RENDERED OUTDIR      one file per document of a rendered multi-document YAML
-  overlay RENDERED           the rendered overlay: kinds, cross-references, the pod's security
-                             context, probes, rollout, and its config.toml (written to
-                             RENDERED.config.toml for the binary check)
+  overlay RENDERED           the rendered overlay, for each relay instance (Deployment): kinds,
+                             cross-references, the pod's security context, probes, rollout,
+                             secrets as files of the instance's Secret, no secret value in any
+                             env `value:`, and its config.toml (written to
+                             RENDERED.<deployment>.config.toml for the binary check); with
+                             several instances, that they stay apart (instance labels, selectors,
+                             Secrets, ConfigMaps, ServiceMonitors); no pod both annotated for
+                             scraping and under a ServiceMonitor; one set of selection labels
   observability RENDERED OUTDIR
-                             ServiceMonitor fields and selector, PrometheusRule annotations and
-                             runbook anchors, metric names against src/telemetry/mod.rs, the Grafana
+                             ServiceMonitor fields, selector, job label and relay_instance,
+                             the same selection labels on it and the PrometheusRule, the
+                             PrometheusRule's annotations, runbook base and anchors, per-instance
+                             grouping, metric names against src/telemetry/mod.rs, the Grafana
                              JSON; writes OUTDIR/rules.yaml, OUTDIR/rules-for-tests.yaml and
                              OUTDIR/dashboard-queries.yaml for promtool
   links FILE...              every relative link of these Markdown files resolves (file and anchor)
@@ -195,7 +202,25 @@ def split(rendered, outdir):
 EXPECTED_OVERLAY_KINDS = {
     "ConfigMap", "Service", "Deployment", "PodDisruptionBudget",
     "HorizontalPodAutoscaler", "NetworkPolicy",
+    # An overlay that renders its instances' monitoring (k8s/overlays/two-instances).
+    "ServiceMonitor", "PrometheusRule",
 }
+# The relay's settings that hold a secret, by the environment variables that would carry the
+# value itself (src/config/secrets.rs): only their *_FILE twins may appear in a pod's env.
+SECRET_ENV = {
+    "DATABASE_URL", "OUTBOX__DATABASE__URL", "REDIS_URL", "OUTBOX__REDIS__URL",
+    "OUTBOX__REDIS__SENTINEL_PASSWORD", "OUTBOX__ADMIN__TOKEN", "OUTBOX__ADMIN__READ_ONLY_TOKEN",
+}
+# Names that say "secret" whoever reads them (OTEL_EXPORTER_OTLP_HEADERS carries API keys).
+SECRETISH_ENV = re.compile(r"TOKEN|PASSWORD|PASSWD|SECRET|CREDENTIAL|API_?KEY|PRIVATE_KEY|OTLP(_TRACES)?_HEADERS", re.I)
+# scheme://user:password@host: a URL with its password in it.
+URL_WITH_PASSWORD = re.compile(r"[a-z][a-z0-9+.-]*://[^/@\s:]*:[^/@\s]+@", re.I)
+# The relay's secrets as files: (setting's variable, key of the instance's Secret).
+SECRET_FILES = (
+    ("DATABASE_URL", "database-url"), ("REDIS_URL", "redis-url"),
+    ("OUTBOX__ADMIN__TOKEN", "admin-token"), ("OUTBOX__ADMIN__READ_ONLY_TOKEN", "read-only-token"),
+)
+INSTANCE_LABEL = "app.kubernetes.io/instance"
 
 
 def check_pod(where, pod, image_user=65532):
@@ -221,10 +246,33 @@ def check_pod(where, pod, image_user=65532):
             fail(f"{where}/{c['name']}: no memory limit")
 
 
+def check_env_secrets(where, container):
+    """No secret value written into the rendered environment: a secret setting or a variable
+    named like a secret comes from a file (*_FILE, a path) or a secretKeyRef, never `value:`,
+    and no literal value is a URL with a password in it."""
+    for e in container.get("env", []):
+        name = e["name"]
+        source = e.get("valueFrom", {})
+        if "value" not in e:
+            if (name in SECRET_ENV or SECRETISH_ENV.search(name)) and "configMapKeyRef" in source:
+                fail(f"{where}/{container['name']}: {name} comes from a ConfigMap; a secret belongs in a Secret")
+            continue
+        value = str(e["value"])
+        if name.endswith("_FILE"):
+            if not value.startswith("/"):
+                fail(f"{where}/{container['name']}: {name} must name a file (an absolute path), has {value!r}")
+        elif name in SECRET_ENV:
+            fail(f"{where}/{container['name']}: {name} has a value in the manifest; "
+                 f"read it from a file of the Secret ({name}_FILE)")
+        elif SECRETISH_ENV.search(name):
+            fail(f"{where}/{container['name']}: {name} has a value in the manifest; take it from a Secret (secretKeyRef)")
+        elif URL_WITH_PASSWORD.search(value):
+            fail(f"{where}/{container['name']}: {name} holds a URL with a password; read it from a Secret")
 
-def check_secret_file(where, pod, container, name, key):
+
+def check_secret_file(where, pod, container, name, key, secret_name):
     """`container` reads setting `name` from the file `{name}_FILE` names, and that file is
-    key `key` of the Secret outbox-relay, mounted from a secret volume; never the value itself
+    key `key` of the Secret `secret_name`, mounted from a secret volume; never the value itself
     in the environment."""
     env = {e["name"]: e for e in container.get("env", [])}
     if name in env:
@@ -239,8 +287,9 @@ def check_secret_file(where, pod, container, name, key):
         if not path.startswith(base):
             continue
         secret = volumes.get(mount["name"], {}).get("secret", {})
-        if secret.get("secretName") != "outbox-relay":
-            fail(f"{where}: {name}_FILE {path} is not on a volume of the Secret outbox-relay")
+        if secret.get("secretName") != secret_name:
+            fail(f"{where}: {name}_FILE {path} is not on a volume of the Secret {secret_name} "
+                 f"(has {secret.get('secretName')!r}; an instance's Secret is named like its Deployment)")
             return
         relative = path[len(base):]
         items = secret.get("items")
@@ -253,6 +302,16 @@ def check_secret_file(where, pod, container, name, key):
         return
     fail(f"{where}: {name}_FILE {path} is on no mounted volume")
 
+
+def pod_labels_of(dep):
+    return dep["spec"]["template"]["metadata"].get("labels", {})
+
+
+def service_selects(svc, labels):
+    selector = svc["spec"].get("selector") or {}
+    return bool(selector) and all(labels.get(k) == v for k, v in selector.items())
+
+
 def overlay(rendered):
     docs = load_all(rendered)
     kinds = by_kind(docs)
@@ -261,15 +320,38 @@ def overlay(rendered):
             fail(f"{rendered}: unexpected kind {kind} (a typo, or add it to EXPECTED_OVERLAY_KINDS)")
     if "Secret" in kinds:
         fail(f"{rendered}: renders a Secret: the example must stay out of kustomization.yaml")
-    deployments = [d for d in kinds.get("Deployment", []) if d["metadata"]["name"] == "outbox-relay"]
-    if len(deployments) != 1:
-        fail(f"{rendered}: needs exactly one Deployment outbox-relay")
+    for kind, items in kinds.items():
+        names = [d["metadata"]["name"] for d in items]
+        for name in sorted({n for n in names if names.count(n) > 1}):
+            fail(f"{rendered}: two {kind} objects named {name}")
+    deployments = kinds.get("Deployment", [])
+    if not deployments:
+        fail(f"{rendered}: no Deployment")
         return
-    dep = deployments[0]
+    for dep in deployments:
+        for c in dep["spec"]["template"]["spec"]["containers"] + dep["spec"]["template"]["spec"].get("initContainers", []):
+            check_env_secrets(f"{rendered}: Deployment {dep['metadata']['name']}", c)
+        check_instance(rendered, kinds, dep)
+    instances_apart(rendered, kinds, deployments)
+    # One way to be scraped: a ServiceMonitor and prometheus.io annotations on the same pods
+    # would have a Prometheus that honours both scrape every replica twice.
+    if kinds.get("ServiceMonitor"):
+        for dep in deployments:
+            notes = dep["spec"]["template"]["metadata"].get("annotations", {})
+            if str(notes.get("prometheus.io/scrape", "")).lower() == "true":
+                fail(f"{rendered}: Deployment {dep['metadata']['name']} has prometheus.io/scrape and a "
+                     f"ServiceMonitor scrapes it too: each replica would be scraped twice")
+        check_selection_labels(rendered, kinds)
+
+
+def check_instance(rendered, kinds, dep):
+    """One relay instance: its Deployment and what belongs to it (the Service, PDB, HPA and
+    NetworkPolicy that select or scale it, its ConfigMap and Secret)."""
+    name = dep["metadata"]["name"]
     spec = dep["spec"]
     pod = spec["template"]["spec"]
-    pod_labels = spec["template"]["metadata"]["labels"]
-    where = f"{rendered}: Deployment"
+    pod_labels = pod_labels_of(dep)
+    where = f"{rendered}: Deployment {name}"
     if not labels_match(spec["selector"], pod_labels):
         fail(f"{where}: selector does not match the pod template's labels")
     ru = spec.get("strategy", {}).get("rollingUpdate", {})
@@ -300,8 +382,10 @@ def overlay(rendered):
             fail(f"{where}: {probe} must GET {path} on the admin port")
         if not 1 <= p.get("timeoutSeconds", 1) <= 2:
             fail(f"{where}: {probe} timeoutSeconds should be 1-2 s (the endpoints answer from memory)")
-    for name, key in (("DATABASE_URL", "database-url"), ("REDIS_URL", "redis-url"), ("OUTBOX__ADMIN__TOKEN", "admin-token")):
-        check_secret_file(where, pod, c, name, key)
+    # Each instance reads its own Secret, named like its Deployment (outbox-relay for the
+    # dev and prod overlays, outbox-relay-orders for an instance named orders).
+    for setting, key in SECRET_FILES:
+        check_secret_file(where, pod, c, setting, key, name)
     # The config file: --config path, its volume, and the ConfigMap behind it.
     config_path = args[args.index("--config") + 1] if "--config" in args else None
     if not config_path:
@@ -328,39 +412,41 @@ def overlay(rendered):
     except tomllib.TOMLDecodeError as e:
         fail(f"{rendered}: {key} in ConfigMap {cm_name} is not TOML: {e}")
         return
-    with open(rendered + ".config.toml", "w") as f:
+    # One file per instance, for the binary's check in k8s-check.sh.
+    with open(f"{rendered}.{name}.config.toml", "w") as f:
         f.write(text)
     addr = config.get("admin", {}).get("addr", "")
     if not addr.endswith(":8080") or addr.startswith("127."):
         fail(f"{rendered}: config admin.addr must listen on the pod IP at port 8080 (0.0.0.0:8080), has {addr!r}")
-    for secret_key in (("database", "url"), ("redis", "url"), ("admin", "token"), ("admin", "read_only_token")):
+    for secret_key in (("database", "url"), ("redis", "url"), ("redis", "sentinel_password"),
+                       ("admin", "token"), ("admin", "read_only_token")):
         if secret_key[1] in config.get(secret_key[0], {}):
             fail(f"{rendered}: {'.'.join(secret_key)} belongs in the Secret, not the ConfigMap")
-    # Everything that selects the relay's pods selects them.
-    for svc in kinds.get("Service", []):
-        if svc["metadata"]["name"] == "outbox-relay":
-            if not all(pod_labels.get(k) == v for k, v in svc["spec"]["selector"].items()):
-                fail(f"{rendered}: Service outbox-relay does not select the relay's pods")
-            if not any(p.get("targetPort") in ("admin", 8080) for p in svc["spec"]["ports"]):
-                fail(f"{rendered}: Service outbox-relay does not target the admin port")
-    for pdb in kinds.get("PodDisruptionBudget", []):
-        if not labels_match(pdb["spec"]["selector"], pod_labels):
-            fail(f"{rendered}: PodDisruptionBudget {pdb['metadata']['name']} does not select the relay's pods")
-    hpas = kinds.get("HorizontalPodAutoscaler", [])
+    # What selects the relay's pods: a Service (on the admin port), a PDB, a NetworkPolicy.
+    services = [s for s in kinds.get("Service", []) if service_selects(s, pod_labels)]
+    if len(services) != 1:
+        fail(f"{where}: {len(services)} Services select its pods, expected its own one")
+    for svc in services:
+        if not any(p.get("targetPort") in ("admin", 8080) for p in svc["spec"]["ports"]):
+            fail(f"{rendered}: Service {svc['metadata']['name']} does not target the admin port")
+    pdbs = [p for p in kinds.get("PodDisruptionBudget", []) if labels_match(p["spec"]["selector"], pod_labels)]
+    if len(pdbs) != 1:
+        fail(f"{where}: {len(pdbs)} PodDisruptionBudgets select its pods, expected its own one")
+    hpas = [h for h in kinds.get("HorizontalPodAutoscaler", [])
+            if h["spec"]["scaleTargetRef"].get("kind") == "Deployment" and h["spec"]["scaleTargetRef"].get("name") == name]
+    if len(hpas) > 1:
+        fail(f"{where}: {len(hpas)} HPAs scale it")
     for hpa in hpas:
-        ref = hpa["spec"]["scaleTargetRef"]
-        if ref.get("kind") != "Deployment" or ref.get("name") != "outbox-relay":
-            fail(f"{rendered}: HPA {hpa['metadata']['name']} does not scale Deployment outbox-relay")
         lo, hi = hpa["spec"].get("minReplicas", 1), hpa["spec"]["maxReplicas"]
         if not lo <= spec.get("replicas", 1) <= hi:
-            fail(f"{rendered}: Deployment replicas {spec.get('replicas')} outside the HPA's bounds {lo}..{hi}")
+            fail(f"{where}: replicas {spec.get('replicas')} outside the HPA's bounds {lo}..{hi}")
         if not any(m.get("resource", {}).get("name") == "cpu" for m in hpa["spec"].get("metrics", [])):
             fail(f"{rendered}: HPA {hpa['metadata']['name']} does not scale on CPU")
         if "cpu" not in c.get("resources", {}).get("requests", {}):
             fail(f"{where}: an HPA on CPU utilization needs a CPU request")
-    netpols = kinds.get("NetworkPolicy", [])
-    if not any(labels_match(n["spec"]["podSelector"], pod_labels) for n in netpols):
-        fail(f"{rendered}: no NetworkPolicy selects the relay's pods")
+    netpols = [n for n in kinds.get("NetworkPolicy", []) if labels_match(n["spec"]["podSelector"], pod_labels)]
+    if not netpols:
+        fail(f"{where}: no NetworkPolicy selects its pods")
     for n in netpols:
         egress_ports = {p.get("port") for rule in n["spec"].get("egress", []) for p in rule.get("ports", [])}
         if 53 not in egress_ports:
@@ -376,10 +462,83 @@ def overlay(rendered):
         m = migrate[0]
         if m["image"] != c["image"]:
             fail(f"{where}: the migrate init container runs {m['image']}, the relay {c['image']}: one image")
-        check_secret_file(f"{where} (init container migrate)", pod, m, "DATABASE_URL", "database-url")
-    for n in netpols:
-        if n["spec"].get("podSelector", {}) and not labels_match(n["spec"]["podSelector"], pod_labels):
-            fail(f"{rendered}: NetworkPolicy {n['metadata']['name']} selects no pod of the relay (a leftover?)")
+        check_secret_file(f"{where} (init container migrate)", pod, m, "DATABASE_URL", "database-url", name)
+    # Its ServiceMonitor, when the overlay renders monitoring: exactly one scrapes its Service.
+    if kinds.get("ServiceMonitor") and services:
+        svc_labels = services[0]["metadata"].get("labels", {})
+        monitors = [sm for sm in kinds["ServiceMonitor"] if labels_match(sm["spec"].get("selector", {}), svc_labels)]
+        if len(monitors) != 1:
+            fail(f"{where}: {len(monitors)} ServiceMonitors select its Service {services[0]['metadata']['name']}, expected one")
+
+
+def instances_apart(rendered, kinds, deployments):
+    """Every Service, PDB, NetworkPolicy and ServiceMonitor belongs to one instance (and
+    to one at least: not a leftover); with several relays in one namespace, each instance's
+    selectors pick its own pods and no other's, and its Secret and ConfigMap are its own."""
+    pods = {d["metadata"]["name"]: pod_labels_of(d) for d in deployments}
+    values = {}
+    for name, labels in pods.items() if len(pods) > 1 else ():
+        value = labels.get(INSTANCE_LABEL)
+        if not value:
+            fail(f"{rendered}: Deployment {name}'s pods lack the label {INSTANCE_LABEL}, which keeps instances apart")
+        elif value in values:
+            fail(f"{rendered}: Deployments {values[value]} and {name} share {INSTANCE_LABEL}={value}")
+        else:
+            values[value] = name
+    for dep in deployments:
+        mine = dep["metadata"]["name"]
+        others = [n for n in pods if n != mine and labels_match(dep["spec"]["selector"], pods[n])]
+        if others:
+            fail(f"{rendered}: Deployment {mine}'s selector overlaps the pods of {', '.join(others)}")
+
+    def selected(selector_of, items, kind):
+        for item in items:
+            chosen = [n for n, labels in pods.items() if selector_of(item, labels)]
+            if len(chosen) > 1:
+                fail(f"{rendered}: {kind} {item['metadata']['name']} selects the pods of {', '.join(chosen)}: one instance each")
+            elif not chosen:
+                fail(f"{rendered}: {kind} {item['metadata']['name']} selects no instance's pods (a leftover?)")
+
+    selected(service_selects, kinds.get("Service", []), "Service")
+    selected(lambda p, labels: labels_match(p["spec"]["selector"], labels),
+             kinds.get("PodDisruptionBudget", []), "PodDisruptionBudget")
+    selected(lambda n, labels: labels_match(n["spec"]["podSelector"], labels),
+             [n for n in kinds.get("NetworkPolicy", []) if n["spec"].get("podSelector")], "NetworkPolicy")
+    for sm in kinds.get("ServiceMonitor", []):
+        chosen = [s["metadata"]["name"] for s in kinds.get("Service", [])
+                  if labels_match(sm["spec"].get("selector", {}), s["metadata"].get("labels", {}))]
+        if len(chosen) != 1:
+            fail(f"{rendered}: ServiceMonitor {sm['metadata']['name']} selects the Services {chosen}: exactly its own instance's")
+    for what, key in (("Secret", lambda p: sorted({v["secret"]["secretName"] for v in p["volumes"] if "secret" in v})),
+                      ("ConfigMap", lambda p: sorted({v["configMap"]["name"] for v in p["volumes"] if "configMap" in v}))):
+        seen = {}
+        for dep in deployments:
+            for used in key(dep["spec"]["template"]["spec"]):
+                if used in seen:
+                    fail(f"{rendered}: Deployments {seen[used]} and {dep['metadata']['name']} share the {what} {used}")
+                seen[used] = dep["metadata"]["name"]
+    if len(kinds.get("PrometheusRule", [])) > 1:
+        fail(f"{rendered}: {len(kinds['PrometheusRule'])} PrometheusRules: the alerts group by relay_instance, render them once")
+
+
+def check_selection_labels(rendered, kinds):
+    """The ServiceMonitors and the PrometheusRule carry the same selection labels (those that
+    are not app.kubernetes.io/*: what a Prometheus selects them by), from one place
+    (k8s/observability/site): a Prometheus then scrapes the relay and loads its rules, or does
+    neither, never the rules alone (OutboxRelayAbsent paging for a relay nobody scrapes)."""
+    def selection(obj):
+        return {k: v for k, v in obj["metadata"].get("labels", {}).items() if not k.startswith("app.kubernetes.io/")}
+    objects = kinds.get("ServiceMonitor", []) + kinds.get("PrometheusRule", [])
+    if not objects:
+        return
+    first = selection(objects[0])
+    if not first:
+        fail(f"{rendered}: {objects[0]['kind']} {objects[0]['metadata']['name']} has no selection label "
+             f"(release: ...); include the component k8s/observability/site")
+    for obj in objects[1:]:
+        if selection(obj) != first:
+            fail(f"{rendered}: {obj['kind']} {obj['metadata']['name']} has selection labels {selection(obj)}, "
+                 f"{objects[0]['kind']} {objects[0]['metadata']['name']} {first}: the same, from k8s/observability/site")
 
 
 # ---------------------------------------------------------------------------- observability
@@ -398,9 +557,12 @@ SERVICE_MONITOR_ENDPOINT = {
 }
 DURATION = re.compile(r"^(0|(\d+(ms|s|m|h|d|w|y))+)$")
 # Metrics the alerts and the dashboard may use that the relay does not export.
-FOREIGN_METRICS = {"up", "kube_deployment_status_replicas_available",
-                   "kube_pod_container_status_restarts_total", "redis_memory_used_bytes",
-                   "redis_memory_max_bytes"}
+FOREIGN_METRICS = {"up", "kube_deployment_status_replicas_available", "kube_deployment_spec_replicas",
+                   "kube_pod_container_status_restarts_total"}
+# What the alerts and the dashboard group the relay's series by: the ServiceMonitor puts the
+# Service's app.kubernetes.io/instance on them as this label.
+INSTANCE_SERIES_LABEL = "relay_instance"
+DASHBOARD = "k8s/observability/shared/grafana-dashboard.json"
 
 
 def github_anchors(markdown_path):
@@ -466,6 +628,16 @@ def observability(rendered, outdir):
             fail(f"{where}: unknown field spec.{key}")
         if not labels_match(spec.get("selector", {}), base_service["metadata"]["labels"]):
             fail(f"{where}: selector does not match the Service outbox-relay's labels")
+        # job="outbox-relay" for every instance (the dashboard counts up{job="outbox-relay"}),
+        # and relay_instance on every series (the alerts group by it).
+        if spec.get("jobLabel") != "app.kubernetes.io/name":
+            fail(f"{where}: jobLabel must be app.kubernetes.io/name (job=\"outbox-relay\" for every instance)")
+        for ep in spec.get("endpoints", []):
+            if not any(r.get("targetLabel") == INSTANCE_SERIES_LABEL and r.get("sourceLabels") ==
+                       ["__meta_kubernetes_service_label_app_kubernetes_io_instance"]
+                       for r in ep.get("relabelings", [])):
+                fail(f"{where}: endpoint {ep.get('port')!r} does not set {INSTANCE_SERIES_LABEL} from the "
+                     f"Service's app.kubernetes.io/instance")
         port_names = {p["name"] for p in base_service["spec"]["ports"]}
         if not spec.get("endpoints"):
             fail(f"{where}: no endpoints")
@@ -479,6 +651,7 @@ def observability(rendered, outdir):
                     fail(f"{where}: {key} {ep[key]!r} is not a Prometheus duration")
     if not kinds.get("ServiceMonitor"):
         fail(f"{rendered}: no ServiceMonitor")
+    check_selection_labels(rendered, kinds)
     # PrometheusRule: apiVersion, annotations, runbook anchors, metric names; files for promtool.
     rules = kinds.get("PrometheusRule", [])
     if len(rules) != 1:
@@ -488,6 +661,7 @@ def observability(rendered, outdir):
     if pr.get("apiVersion") != "monitoring.coreos.com/v1" or set(pr.get("spec", {})) != {"groups"}:
         fail("PrometheusRule: apiVersion monitoring.coreos.com/v1 and a spec of groups only")
     anchors = github_anchors(os.path.join(ROOT, "docs/operations.md"))
+    base = runbook_base(pr)
     stripped = json.loads(json.dumps(pr["spec"]))
     for group in stripped["groups"]:
         for rule in group["rules"]:
@@ -508,6 +682,12 @@ def observability(rendered, outdir):
                 fail(f"{where}: runbook_url must point into docs/operations.md, has {url!r}")
             elif m.group(1) not in anchors:
                 fail(f"{where}: runbook_url anchor #{m.group(1)} is not a heading of docs/operations.md")
+            elif base and not url.startswith(base + "#"):
+                fail(f"{where}: runbook_url {url!r} is not under the runbook base {base!r} (k8s/observability/site)")
+            # Each alert of a relay's series says which relay: by namespace and relay_instance.
+            if re.search(r"\boutbox_", rule["expr"]) and not re.search(rf"\b({INSTANCE_SERIES_LABEL}|deployment)\b", rule["expr"]):
+                fail(f"{where}: groups the relay's series by neither {INSTANCE_SERIES_LABEL} nor deployment: "
+                     f"two relays in a namespace would alert as one")
             rule.pop("annotations", None)
     os.makedirs(outdir, exist_ok=True)
     with open(os.path.join(outdir, "rules.yaml"), "w") as f:
@@ -516,7 +696,7 @@ def observability(rendered, outdir):
         yaml.safe_dump(stripped, f, sort_keys=False)
     # Grafana: the JSON parses, every query parses as PromQL (as recording rules for promtool)
     # and uses exported metrics; the rendered ConfigMap carries the same JSON.
-    path = os.path.join(ROOT, "k8s/observability/grafana-dashboard.json")
+    path = os.path.join(ROOT, DASHBOARD)
     try:
         dashboard = json.load(open(path))
     except json.JSONDecodeError as e:
@@ -532,7 +712,13 @@ def observability(rendered, outdir):
         for t in panel.get("targets", []):
             expr = t["expr"]
             check_metric_names(f"dashboard panel {panel.get('title')!r}", expr, exported)
-            expr = expr.replace("$__rate_interval", "5m").replace("$__range", "1h").replace("$namespace", ".*")
+            if f'{INSTANCE_SERIES_LABEL}=~"${INSTANCE_SERIES_LABEL}"' not in expr:
+                fail(f"dashboard panel {panel.get('title')!r}: {expr!r} does not select ${INSTANCE_SERIES_LABEL}")
+            # `up` is every target's: only the relay's job may be counted.
+            if re.search(r"\bup\s*\{", expr) and 'job="outbox-relay"' not in expr:
+                fail(f"dashboard panel {panel.get('title')!r}: up without job=\"outbox-relay\" counts every target")
+            expr = (expr.replace("$__rate_interval", "5m").replace("$__range", "1h")
+                    .replace("$namespace", ".*").replace(f"${INSTANCE_SERIES_LABEL}", ".*"))
             if "$" in expr.replace("$1", ""):
                 fail(f"dashboard panel {panel.get('title')!r}: unknown variable in {t['expr']!r}")
             queries.append({"record": f"dashboard:query_{len(queries)}", "expr": expr})
@@ -543,6 +729,26 @@ def observability(rendered, outdir):
         fail(f"{rendered}: the dashboard ConfigMap does not carry grafana-dashboard.json")
     elif cms[0]["metadata"].get("labels", {}).get("grafana_dashboard") != "1":
         fail(f"{rendered}: the dashboard ConfigMap lacks the label grafana_dashboard: \"1\"")
+
+
+def runbook_base(pr):
+    """The runbooks' address that k8s/observability/site sets (the PrometheusRule's annotation
+    runbook-base): a real one. On docs.rs it is the docs published with this very crate and
+    version (Cargo.toml), so the runbook read is the one of the rules deployed."""
+    base = pr["metadata"].get("annotations", {}).get("runbook-base", "")
+    if not re.match(r"^https://\S+/docs/operations\.md$", base):
+        fail(f"PrometheusRule: annotation runbook-base (k8s/observability/site) must be the https URL of "
+             f"docs/operations.md, has {base!r}")
+        return ""
+    if re.search(r"example\.(com|org)|your-org|CHANGE-ME|placeholder", base, re.I):
+        fail(f"PrometheusRule: runbook-base {base!r} is a placeholder")
+    m = re.match(r"^https://docs\.rs/crate/([^/]+)/([^/]+)/source/docs/operations\.md$", base)
+    if m:
+        package = tomllib.load(open(os.path.join(ROOT, "Cargo.toml"), "rb"))["package"]
+        if (m.group(1), m.group(2)) != (package["name"], package["version"]):
+            fail(f"PrometheusRule: runbook-base {base!r} is not the docs of {package['name']} "
+                 f"{package['version']} (Cargo.toml)")
+    return base
 
 
 # ---------------------------------------------------------------------------- Markdown links

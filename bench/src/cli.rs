@@ -60,7 +60,8 @@ pub struct BenchArgs {
     #[arg(long)]
     pub soak_delete: bool,
     /// Only these scenarios (drain, replicas, bloat, hotkey, baseline, ceiling, tls, cluster,
-    /// durability, endtoend, fleet, adopt, cloudevents, parking, latency; `soak` runs only when named here).
+    /// durability, standbys, endtoend, fleet, adopt, cloudevents, parking, latency; `soak` runs
+    /// only when named here).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
     /// Directory for the JSON results.

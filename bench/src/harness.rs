@@ -35,6 +35,8 @@ pub struct BenchEnv {
     pub fleet: Option<FleetShape>,
     /// The end-to-end consumers park keys (`park_keys`).
     pub park_keys: bool,
+    /// Settings every relay of this environment gets (`OUTBOX__...` variables).
+    pub relay_env: Vec<(String, String)>,
 }
 
 /// Partitions of each workload topic, and consumers in the end-to-end group dividing them.
@@ -57,6 +59,7 @@ impl BenchEnv {
             relay_bin: relay_bin.to_path_buf(),
             fleet: None,
             park_keys: false,
+            relay_env: Vec::new(),
         }
     }
 
@@ -73,6 +76,21 @@ impl BenchEnv {
     pub fn with_park_keys(&self) -> Self {
         BenchEnv {
             park_keys: true,
+            ..self.clone()
+        }
+    }
+
+    /// The same with every relay getting the variable `name` = `value`.
+    pub fn with_relay_env(&self, name: &str, value: &str) -> Self {
+        let mut env = self.clone();
+        env.relay_env.push((name.into(), value.into()));
+        env
+    }
+
+    /// The same Redis with the Postgres at `admin_url` (scratch databases are made there).
+    pub fn on_postgres(&self, admin_url: &str) -> Self {
+        BenchEnv {
+            postgres_url: admin_url.to_string(),
             ..self.clone()
         }
     }
@@ -387,6 +405,7 @@ impl RelayProcess {
                 env.fleet
                     .map(|f| ("OUTBOX__TOPICS", topics_setting(f.partitions))),
             )
+            .envs(env.relay_env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .envs(extra.iter().copied())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())

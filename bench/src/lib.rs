@@ -25,6 +25,7 @@
 //! - [`adopted`]: a backlog written into an adopted table (Debezium's layout), and what the
 //!   adoption costs a producer's insert.
 //! - [`replicated`]: the durability scenario's redis-server and its replica.
+//! - [`standbys`]: the standbys scenario's Postgres primary and its streaming standby.
 //! - [`tls`]: the TLS scenario's two redis-servers; the local cluster and the CA come from
 //!   `outbox-testkit`.
 //! - [`machine`]: what a span cost the machine (cores busy, Redis CPU).
@@ -43,6 +44,7 @@ pub mod reference;
 pub mod replicated;
 pub mod report;
 pub mod rounds;
+pub mod standbys;
 pub mod tls;
 pub mod traffic;
 
@@ -121,6 +123,9 @@ pub async fn run(options: BenchOptions) -> anyhow::Result<Report> {
     if options.wants("fleet") {
         fleet(&options, &env, &mut report).await;
     }
+    if options.wants("standbys") {
+        standbys_latency(&options, &env, &mut report).await;
+    }
     // Only when named: ten minutes is not for every run.
     if options.only.iter().any(|o| o == "soak") {
         soak(&options, &env, &mut report).await;
@@ -172,6 +177,28 @@ async fn fleet(options: &BenchOptions, env: &BenchEnv, report: &mut Report) {
     let name = format!("fleet: a 3rd consumer joins at {rate}/s (s to balance)");
     let r = fleet::join(env, rate, options.duration, &name).await;
     report.record(&name, r);
+}
+
+/// At the first steady rate on a Postgres with one standby: without and with
+/// `database.wait_standbys = 1`, on the same servers.
+async fn standbys_latency(options: &BenchOptions, env: &BenchEnv, report: &mut Report) {
+    let Some(&rate) = options.rates.first() else {
+        return;
+    };
+    let servers = match standbys::Standbys::start() {
+        Ok(servers) => servers,
+        Err(e) => {
+            let name = format!("standbys: latency at {rate}/s");
+            report.record(&name, Err(e.context("postgres with a standby")));
+            return;
+        }
+    };
+    for (wait, side) in [(false, "no wait"), (true, "wait_standbys = 1")] {
+        let name = format!("standbys: latency at {rate}/s, {side}");
+        let run = Steady::new(rate, options.duration, Wakeup::Notify, Until::Stream);
+        let r = latency::steady(&servers.env(env, wait), run).await;
+        report.record(&name, r.map(|l| l.figure(&name)));
+    }
 }
 
 /// The soak: one long steady rate, its latency per window and the table's state at its end.

@@ -179,6 +179,11 @@ impl Report {
             "durability: wait_replicas",
             "durability: no wait",
         );
+        let standbys = self.ratio_of(
+            "wait_standbys=1 / no wait drain",
+            "standbys: wait_standbys",
+            "standbys: no wait",
+        );
         let park_keys = self.ratio_of(
             "park_keys / default end to end",
             "parking: end to end",
@@ -188,6 +193,7 @@ impl Report {
             .into_iter()
             .chain(fleet)
             .chain(durability)
+            .chain(standbys)
             .chain(park_keys)
             .collect();
         let Some(ours) = self.find("drain (keep") else {

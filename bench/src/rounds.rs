@@ -6,6 +6,7 @@ use outbox_testkit::cluster::{LocalCluster, Persistence};
 
 use crate::harness::{self, BenchEnv, Drain, Shape};
 use crate::replicated::Replicated;
+use crate::standbys::Standbys;
 use crate::tls::TlsServers;
 use crate::{endtoend, reference, BenchOptions, Figure, Report};
 
@@ -14,6 +15,9 @@ const CEILING: &str = "ceiling: relay SQL, no Redis";
 /// The TLS scenario's two sides.
 const TLS_OFF: &str = "tls: off (own Redis, sslmode=disable)";
 const TLS_ON: &str = "tls: on (rediss, sslmode=require)";
+/// The standbys scenario's two sides, on a Postgres of its own with one streaming standby.
+const STANDBYS_OFF: &str = "standbys: no wait (own Postgres + 1 standby)";
+const STANDBYS_ON: &str = "standbys: wait_standbys = 1 (own Postgres + 1 standby)";
 const NO_WAIT: &str = "durability: no wait (own Redis + 1 replica)";
 const WAIT_ONE: &str = "durability: wait_replicas = 1 (own Redis + 1 replica)";
 
@@ -150,6 +154,8 @@ struct Rigs {
     tls: Option<anyhow::Result<TlsServers>>,
     /// A master with one replica, for the durability scenario.
     replicated: Option<anyhow::Result<Replicated>>,
+    /// A Postgres primary with one standby, for the standbys scenario.
+    standbys: Option<anyhow::Result<Standbys>>,
     /// Fresh redis-servers without persistence, like the bench's Redis, and the bench
     /// environment on them.
     cluster: Option<anyhow::Result<(BenchEnv, LocalCluster)>>,
@@ -160,6 +166,7 @@ impl Rigs {
         Rigs {
             tls: options.wants("tls").then(TlsServers::start),
             replicated: options.wants("durability").then(Replicated::start),
+            standbys: options.wants("standbys").then(Standbys::start),
             cluster: options.wants("cluster").then(|| {
                 LocalCluster::start(CLUSTER_MASTERS, Persistence::None)
                     .map(|c| (env.on_cluster(&c.seeds()), c))
@@ -284,6 +291,22 @@ async fn one_round(
                 Err(e) => Err(anyhow::anyhow!("replicated servers: {e:#}")),
             };
             runs.add(if wait { WAIT_ONE } else { NO_WAIT }, r);
+        }
+    }
+    if let Some(servers) = &rigs.standbys {
+        let sides = if round.is_multiple_of(2) {
+            [false, true]
+        } else {
+            [true, false]
+        };
+        for wait in sides {
+            let r = match servers {
+                Ok(servers) => {
+                    harness::drain(&servers.env(env, wait), n, 1, Shape::Mixed, &[]).await
+                }
+                Err(e) => Err(anyhow::anyhow!("postgres with a standby: {e:#}")),
+            };
+            runs.add(if wait { STANDBYS_ON } else { STANDBYS_OFF }, r);
         }
     }
     if options.wants("baseline") {

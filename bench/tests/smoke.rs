@@ -60,6 +60,11 @@ fn bench_runs_every_scenario_and_writes_json() {
         "durability: no wait",
         "durability: wait_replicas = 1",
         "wait_replicas=1 / no wait drain",
+        "standbys: no wait (own Postgres + 1 standby)",
+        "standbys: wait_standbys = 1 (own Postgres + 1 standby)",
+        "wait_standbys=1 / no wait drain",
+        "standbys: latency at 200/s, no wait",
+        "standbys: latency at 200/s, wait_standbys = 1",
         "redis cluster: 3 masters",
         "cluster / single node",
         "end to end: drain to inbox consumers",
@@ -95,7 +100,7 @@ fn bench_runs_every_scenario_and_writes_json() {
     let report: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(json.path()).expect("read")).expect("json");
     let figures = report["figures"].as_array().expect("figures");
-    assert_eq!(figures.len(), 32);
+    assert_eq!(figures.len(), 36);
     // Every measured span says what it cost the machine: cores busy (of this machine's) and
     // Redis CPU, so a speed figure can be read against saturation.
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;

@@ -61,6 +61,8 @@ pub struct Claimer {
     mode: Mode,
     producers: Producers,
     outage_streak: u32,
+    /// Whether the current outage was logged, so its end is logged too (and only then).
+    outage_logged: bool,
     quiet: Quiet,
     slots_full_until: Option<Instant>,
 }
@@ -100,6 +102,7 @@ impl Claimer {
             mode: Mode::Running { again: false },
             producers: Producers::Notifying,
             outage_streak: 0,
+            outage_logged: false,
             quiet: Quiet::new(config.quiet_above, Instant::now()),
             slots_full_until: None,
         }
@@ -217,7 +220,8 @@ impl Claimer {
             }
             Err(error) => {
                 self.outage_streak = self.outage_streak.saturating_add(1);
-                crate::telemetry::cycle_failed(&error, self.outage_streak);
+                self.outage_logged |=
+                    crate::telemetry::cycle_failed(&error, self.outage_streak, error.is_standbys());
                 if matches!(self.mode, Mode::Running { .. }) {
                     self.mode = Mode::BackingOff;
                     let pause = backoff::outage_pause(self.outage_streak, backoff::unit());
@@ -264,10 +268,11 @@ impl Claimer {
 
     /// Reports a committed cycle: telemetry, throughput, retries due, quieting producers.
     fn cycle_committed(&mut self, report: &CycleReport, ctx: &mut Context<Self>) {
-        if self.outage_streak > 0 {
+        if self.outage_logged {
             crate::telemetry::outage_over(self.outage_streak);
         }
         self.outage_streak = 0;
+        self.outage_logged = false;
         crate::telemetry::cycle_done(&crate::telemetry::CycleFigures {
             claimed: report.claimed,
             elapsed: report.elapsed,

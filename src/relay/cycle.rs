@@ -122,6 +122,13 @@ pub enum CycleError {
     Redis(#[from] PublishError),
 }
 
+impl CycleError {
+    /// A wait for `database.wait_standbys` in vain: logged by the wait, not as an outage.
+    pub fn is_standbys(&self) -> bool {
+        matches!(self, CycleError::Postgres(DbError::Standbys(_)))
+    }
+}
+
 impl From<diesel::result::Error> for CycleError {
     fn from(e: diesel::result::Error) -> Self {
         CycleError::Postgres(DbError::Query(e))
@@ -261,12 +268,13 @@ async fn claim_and_publish(
         // The claimed rows' commits are before this point of the WAL: once the standbys have
         // flushed it, a failover to one of them keeps every event about to be published.
         if !crate::db::standbys::wait(c, standbys, timeout).await? {
-            crate::telemetry::wait_standbys_timed_out();
-            return Err(CycleError::Postgres(DbError::Standbys(format!(
+            let error = DbError::Standbys(format!(
                 "fewer than {standbys} standby(s) flushed the WAL to the batch's claim within {timeout:?} (database.wait_standbys): the batch goes back to pending, no attempt spent"
-            )))
-            .into());
+            ));
+            crate::telemetry::wait_standbys_timed_out(&error);
+            return Err(CycleError::Postgres(error).into());
         }
+        crate::telemetry::wait_standbys_met();
     }
     let results = publish(c, deps, calls, overlap.then_some(&rows)).await?;
     let results = repair::stage(deps.topics.publisher(), &deps.db, deps.repair, results).await;

@@ -1,6 +1,7 @@
-//! The backlog sampler: sets the pending, dead, parked and oldest-pending-age gauges from Postgres
-//! every few seconds, so a Prometheus scrape never queries the database; gives `/healthz` the
-//! pending count; and makes every known topic's counters exist before its first publish.
+//! The backlog sampler: sets the pending, dead, parked, oldest-pending-age and standby-lag
+//! gauges from Postgres every few seconds, so a Prometheus scrape never queries the database;
+//! gives `/healthz` the pending count; and makes every known topic's counters exist before its
+//! first publish.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -37,14 +38,21 @@ impl Job for BacklogSampler {
         let db = self.db.clone();
         let health = self.health.clone();
         async move {
-            let (backlog, parked) = db
+            let (backlog, parked, standbys) = db
                 .unit(async |c| {
                     let backlog = outbox::backlog(c).await?;
                     let parked = outbox::parked::held_per_topic(c).await?;
                     register_topics(c).await?;
-                    Ok::<_, DbError>((backlog, parked))
+                    let standbys = crate::db::standbys::replication(c).await?;
+                    Ok::<_, DbError>((backlog, parked, standbys))
                 })
                 .await?;
+            let streaming = standbys.len();
+            let lags: Vec<(String, i64)> = standbys
+                .into_iter()
+                .filter_map(|s| Some((s.name, s.lag_bytes?)))
+                .collect();
+            crate::telemetry::standbys_sampled(streaming, &lags);
             for (topic, held) in parked {
                 crate::telemetry::parked_events(&topic, held);
             }

@@ -15,6 +15,7 @@ use uuid::Uuid;
 use crate::config::LogFormat;
 
 pub mod actors;
+pub mod families;
 pub mod traces;
 
 pub use actors::ActorName;
@@ -113,6 +114,10 @@ pub fn install_metrics() -> Option<PrometheusHandle> {
     metrics::describe_counter!(
         "outbox_postgres_wait_standbys_timeouts_total",
         "Batches that waited in vain for database.wait_standbys standbys (back to pending, no attempt)"
+    );
+    metrics::describe_gauge!(
+        "outbox_postgres_standbys",
+        "Standbys streaming from the primary the relay is on (pg_stat_replication)"
     );
     metrics::describe_gauge!(
         "outbox_parked_keys",
@@ -356,12 +361,16 @@ pub fn cycle_done(cycle: &CycleFigures<'_>) {
     );
 }
 
-/// A claim cycle rolled back (an outage: no attempt consumed).
-pub fn cycle_failed(error: &dyn Display, streak: u32) {
+/// A claim cycle rolled back (an outage: no attempt consumed). `logged_elsewhere`: the
+/// failure has lines of its own (a wait for standbys), so this one logs nothing. True when it
+/// logged.
+pub fn cycle_failed(error: &dyn Display, streak: u32, logged_elsewhere: bool) -> bool {
     counter!("outbox_outage_cycles_total").increment(1);
-    if streak == 1 || streak.is_power_of_two() {
+    if !logged_elsewhere && (streak == 1 || streak.is_power_of_two()) {
         tracing::warn!(streak, "claim cycle failed, backing off: {error}");
+        return true;
     }
+    false
 }
 
 /// One topic's publish failed as a whole (its Redis node unreachable): its events wait, the
@@ -437,9 +446,44 @@ pub fn retention_deleted(rows: usize) {
     tracing::debug!(rows, "retention deleted published rows");
 }
 
+/// Whether the last batch that waited for `database.wait_standbys` waited in vain: the wait's
+/// lines are logged when this flips, not once per batch while a standby stays behind.
+static STANDBYS_BEHIND: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// A batch waited in vain for `database.wait_standbys` standbys; it goes back to pending.
-pub fn wait_standbys_timed_out() {
+pub fn wait_standbys_timed_out(why: &dyn Display) {
     counter!("outbox_postgres_wait_standbys_timeouts_total").increment(1);
+    if !STANDBYS_BEHIND.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        tracing::warn!(
+            setting = "database.wait_standbys",
+            "{why}; logged again when the standbys catch up"
+        );
+    }
+}
+
+/// A batch's wait for `database.wait_standbys` standbys ended in time.
+pub fn wait_standbys_met() {
+    if STANDBYS_BEHIND.swap(false, std::sync::atomic::Ordering::Relaxed) {
+        tracing::info!(
+            setting = "database.wait_standbys",
+            "the standbys caught up: batches are published again"
+        );
+    }
+}
+
+/// The standbys of the primary the relay is on (`outbox_postgres_standbys`: how many stream
+/// from it), by name, with how many bytes of WAL each has not flushed yet
+/// (`outbox_postgres_standby_lag_bytes`). A standby that disconnected has no lag series (its
+/// lag is unknown); the count falling is what an alert looks for.
+pub fn standbys_sampled(streaming: usize, lags: &[(String, i64)]) {
+    gauge!("outbox_postgres_standbys").set(streaming as f64);
+    families::replace(
+        "outbox_postgres_standby_lag_bytes",
+        "Bytes of WAL the primary wrote that each connected standby has not flushed (pg_stat_replication)",
+        lags.iter()
+            .map(|(name, lag)| (vec![("standby", name.clone())], *lag as f64))
+            .collect(),
+    );
 }
 
 /// A fresh sample of a parking topic's held events.

@@ -186,6 +186,25 @@ async fn wait_standbys_holds_back_what_the_standby_has_not_flushed_without_an_at
         10,
         "a streaming standby confirms at once"
     );
+    let http = relay.http();
+    http.wait_metric(
+        "outbox_postgres_standbys",
+        |n| n == 1.0,
+        Duration::from_secs(30),
+    )
+    .await;
+    let lag = standby_lags(&http.metrics());
+    assert_eq!(lag.len(), 1, "one standby's lag: {lag:?}");
+    assert!(lag[0].1 >= 0.0, "{lag:?}");
+    let page = overview(&http);
+    assert!(
+        page.contains(&format!("127.0.0.1:{}", primary.port())),
+        "the Overview names the primary the relay is on: {page}"
+    );
+    assert!(
+        page.contains(&format!("data-standby=\"{}\"", lag[0].0)) && page.contains(">streaming<"),
+        "the Overview lists the streaming standby: {page}"
+    );
 
     // The standby's link held: it flushes nothing newer, so nothing newer is published.
     link.hold();
@@ -196,7 +215,6 @@ async fn wait_standbys_holds_back_what_the_standby_has_not_flushed_without_an_at
     )
     .await;
     db.exec(&insert(11)).await;
-    let http = relay.http();
     http.wait_counter_rise(
         "outbox_postgres_wait_standbys_timeouts_total",
         Duration::from_secs(30),
@@ -209,6 +227,23 @@ async fn wait_standbys_holds_back_what_the_standby_has_not_flushed_without_an_at
     .await;
     assert_eq!(redis.xlen("t0").await, 10, "nothing the standby lacks");
     assert_eq!(db.pending().await, 10);
+    // Gone from pg_stat_replication: no lag series frozen at its last value, a count of 0.
+    http.wait_metric(
+        "outbox_postgres_standbys",
+        |n| n == 0.0,
+        Duration::from_secs(30),
+    )
+    .await;
+    assert_eq!(standby_lags(&http.metrics()), vec![]);
+    assert!(overview(&http).contains("No standby streams from this primary."));
+    // One line while every batch waits in vain, not one per batch.
+    let log = relay.log();
+    assert_eq!(
+        log.matches("(database.wait_standbys)").count(),
+        1,
+        "the wait's failures are logged once: {log}"
+    );
+    assert!(!log.contains("claim cycle failed"), "{log}");
 
     // Back: the batch goes out, no attempt spent.
     link.release();
@@ -219,6 +254,39 @@ async fn wait_standbys_holds_back_what_the_standby_has_not_flushed_without_an_at
             .await,
         0
     );
+    eventually(
+        Duration::from_secs(10),
+        "the standbys caught up line",
+        || async {
+            match relay.log().contains("the standbys caught up") {
+                true => Ok(()),
+                false => Err("not yet".to_string()),
+            }
+        },
+    )
+    .await;
+}
+
+/// The `outbox_postgres_standby_lag_bytes` series of a `/metrics` page: (standby, bytes).
+fn standby_lags(metrics: &str) -> Vec<(String, f64)> {
+    metrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("outbox_postgres_standby_lag_bytes{standby=\""))
+        .map(|rest| {
+            let (name, value) = rest.split_once("\"} ").expect("a labelled series");
+            (name.to_string(), value.parse().expect("a number"))
+        })
+        .collect()
+}
+
+/// The Overview page, in a session the login page hands out without a token.
+fn overview(http: &Http) -> String {
+    let login = http.get("/login?next=%2F");
+    let page = http
+        .cookie(&login.session_cookie().expect("a session cookie"))
+        .get("/");
+    assert_eq!(page.status, 200, "{}", page.body);
+    page.body
 }
 
 /// A failover while the standby's link is held: the primary committed `held` events the

@@ -1,6 +1,7 @@
 //! TLS to Postgres and Redis with certificates from a CA the test makes: `verify-full` and a
 //! `rediss://` URL deliver everything, encrypted; a wrong host name or an unknown CA is refused
-//! (not ready, one clear log line, nothing sent, no attempt spent); mutual TLS for Redis.
+//! (not ready, one clear log line, nothing sent, no attempt spent), also for each host of a
+//! URL that lists a primary and its standby; mutual TLS for Redis.
 
 use std::time::Duration;
 
@@ -27,7 +28,7 @@ impl Servers {
     fn pg_url(&self, host: &str, query: &str) -> String {
         format!(
             "postgres://postgres@{host}:{}/postgres?{query}",
-            self.pg.port
+            self.pg.port()
         )
     }
 }
@@ -192,6 +193,54 @@ async fn a_wrong_host_name_or_an_unknown_ca_is_never_talked_to() {
     );
     relay.wait_ready(Duration::from_secs(20)).await;
     db.wait_until_published(Duration::from_secs(20)).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn verify_full_checks_each_host_of_a_multi_host_url_against_its_own_name() {
+    let ca = TestCa::new("outbox-test-ca");
+    let root = ca.cert.display().to_string();
+    // The primary's certificate names 127.0.0.1, its standby's localhost.
+    let primary_cert = ca.server("pg-primary", "127.0.0.1");
+    let standby_cert = ca.server("pg-standby", "localhost");
+    let primary = OwnPostgres::start_tls(&primary_cert.cert, &primary_cert.key);
+    let standby = OwnPostgres::standby_tls(&primary, &standby_cert.cert, &standby_cert.key);
+    let redis_cert = ca.server("redis", "localhost");
+    let redis = OwnRedis::start_tls(&redis_cert, None);
+    let redis_ca = [("OUTBOX__REDIS__CA_FILE", root.as_str())];
+    let url = |first: &str, second: &str| {
+        format!(
+            "postgres://postgres@{first}:{},{second}:{}/postgres?target_session_attrs=read-write&sslmode=verify-full&sslrootcert={root}",
+            standby.port(),
+            primary.port()
+        )
+    };
+
+    // Each host by the name its certificate gives: the standby is verified and passed over
+    // (it does not accept writes), the primary verified by its own name.
+    let good = url("localhost", "127.0.0.1");
+    outbox_relay::db::migrate::run_pending(&good)
+        .await
+        .expect("migrate through both hosts over verify-full");
+    let db = TestDb::at(&primary.url());
+    insert_events(&db, Events::varied().n(1..=50).topics(1).keys(5)).await;
+    let relay = RelayProc::spawn("tls-hosts", &tls_env(good, redis.tls_url(), &redis_ca));
+    relay.wait_ready(Duration::from_secs(20)).await;
+    db.wait_until_published(Duration::from_secs(20)).await;
+    assert_eq!(
+        stream_len(&redis.tls_url(), &ca, None, "outbox:t0").await,
+        50
+    );
+    drop(relay);
+
+    // Each host by the other's name: both refused, nothing published.
+    insert_events(&db, Events::varied().n(51..=60).topics(1).keys(5)).await;
+    let swapped = url("127.0.0.1", "localhost");
+    let relay = RelayProc::spawn(
+        "tls-hosts-swapped",
+        &tls_env(swapped, redis.tls_url(), &redis_ca),
+    );
+    refused(&relay, "postgres", "not valid for name").await;
+    assert_eq!(db.pending().await, 10, "nothing was published");
 }
 
 /// The relay stays not ready because `server` failed its check, and its log says why.

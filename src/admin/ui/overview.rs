@@ -1,5 +1,6 @@
 //! The overview page (`/`): backlog counters, the oldest pending age (the SLO), throughput
-//! charts of the last hour, and the per-topic table with pause and resume.
+//! charts of the last hour, the Postgres primary with its standbys' lag, and the per-topic
+//! table with pause and resume.
 //!
 //! The charts sum the per-minute counts every live replica reports with its heartbeat
 //! (`relay::throughput`), so any replica behind a Service draws the whole cluster's hour.
@@ -16,6 +17,7 @@ use crate::admin::api::replicas::alive_ms;
 use crate::admin::AdminState;
 use crate::db::outbox::republish;
 use crate::db::outbox::stats;
+use crate::db::standbys::{self, Server, Standby};
 use crate::db::{audit, replicas, DbError};
 use crate::relay::throughput::{Minutes, MINUTES};
 
@@ -88,6 +90,61 @@ fn loss_banner(losses: &[audit::AuditRow]) -> Markup {
     }
 }
 
+/// A byte count the way WAL distances read (`0 B`, `12.5 MB`).
+fn bytes(n: i64) -> String {
+    let mut value = n as f64;
+    for unit in ["B", "kB", "MB", "GB"] {
+        if value.abs() < 1000.0 || unit == "GB" {
+            return if unit == "B" {
+                format!("{n} B")
+            } else {
+                format!("{value:.1} {unit}")
+            };
+        }
+        value /= 1000.0;
+    }
+    format!("{n} B")
+}
+
+/// The primary the relay is on and each standby streaming from it, with its lag: where a
+/// failover would go, and how much of what the relay published it would have.
+fn postgres_panel(server: &Server, standbys: &[Standby]) -> Markup {
+    html! {
+        h2 { "Postgres" }
+        p #postgres-primary {
+            @if server.in_recovery {
+                span.pill.paused { "standby" } " The relay's connection is on a standby at "
+            } @else {
+                "Primary: "
+            }
+            b { (server.address) } " (PostgreSQL " (server.version) ")"
+        }
+        div.scroll {
+            table #standbys {
+                thead { tr {
+                    th { "Standby" } th { "Address" } th { "State" } th { "Replication" }
+                    th.num { "Not flushed" } th.num { "Replay lag" }
+                } }
+                tbody {
+                    @for s in standbys {
+                        tr data-standby=(s.name) {
+                            td { (s.name) } td { (s.address) } td { (s.state) } td { (s.sync_state) }
+                            td.num.lag {
+                                @match s.lag_bytes {
+                                    Some(lag) => (bytes(lag)),
+                                    None => span title="the relay's role needs pg_monitor to read the standbys' progress" { "unknown" },
+                                }
+                            }
+                            td.num { @match s.replay_lag_seconds { Some(l) => (layout::age(l)), None => "-" } }
+                        }
+                    }
+                    @if standbys.is_empty() { tr { td.empty colspan="6" { "No standby streams from this primary." } } }
+                }
+            }
+        }
+    }
+}
+
 /// The cluster's last hour: the sum of every live replica's report.
 async fn cluster_minutes(state: &AdminState) -> Result<Minutes, UiError> {
     let alive = alive_ms(state);
@@ -115,13 +172,14 @@ pub async fn page(
     session: Session,
     state: web::Data<AdminState>,
 ) -> Result<HttpResponse, UiError> {
-    let (topics, flight, losses) = {
+    let (topics, flight, losses, postgres) = {
         state
             .db
             .unit(async |c| {
                 let topics = counts::topic_counts(&state.published, c, None).await?;
                 let losses = audit::recent(c, republish::LOSS_ACTION, LOSSES_SHOWN_HOURS).await?;
-                Ok::<_, DbError>((topics, stats::flight(c).await?, losses))
+                let postgres = (standbys::server(c).await?, standbys::replication(c).await?);
+                Ok::<_, DbError>((topics, stats::flight(c).await?, losses, postgres))
             })
             .await?
     };
@@ -144,6 +202,7 @@ pub async fn page(
                 (chart("Published per second", &minutes.published, "bar-pub"))
                 (chart("Failures per second", &minutes.failed, "bar-fail"))
             }
+            (postgres_panel(&postgres.0, &postgres.1))
             h2 { "Topics" }
             div.scroll {
                 table #topics {

@@ -12,7 +12,9 @@ use diesel_async::{AsyncConnection, AsyncPgConnection, SimpleAsyncConnection};
 use futures::{Stream, StreamExt};
 use uuid::Uuid;
 
-use super::{eventually, free_port};
+use outbox_testkit::postgres::LocalPostgres;
+
+use super::eventually;
 
 pub use outbox_testkit::services::{pg_addr, pg_url};
 
@@ -239,33 +241,35 @@ impl Drop for TestDb {
     }
 }
 
-/// A PostgreSQL server of the test's own (initdb in a temp dir, a free port), so a test can
-/// stop and restart it without touching the shared server.
-pub struct OwnPostgres {
-    pub port: u16,
-    dir: tempfile::TempDir,
-    bin: std::path::PathBuf,
-    /// Server options beyond the port and socket (`-c name=value ...`).
-    options: String,
+/// The server options presenting `cert`, its key copied where a server accepts it (owned by
+/// the server's user, mode 0600).
+fn tls_options(cert: &std::path::Path, key: &std::path::Path) -> String {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (own_cert, own_key) = (dir.path().join("server.crt"), dir.path().join("server.key"));
+    std::fs::copy(cert, &own_cert).expect("copy cert");
+    std::fs::copy(key, &own_key).expect("copy key");
+    for path in [dir.path(), own_cert.as_path(), own_key.as_path()] {
+        let _ = Command::new("chown").arg("postgres").arg(path).status();
+    }
+    let _ = Command::new("chmod").arg("600").arg(&own_key).status();
+    let options = format!(
+        "-c ssl=on -c ssl_cert_file={} -c ssl_key_file={}",
+        own_cert.display(),
+        own_key.display()
+    );
+    // The files outlive the server: it reads them at start and at reloads.
+    std::mem::forget(dir);
+    options
 }
 
-/// True when the tests run as root, where Postgres' programs and pgbouncer refuse to run.
-pub(super) fn running_as_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .map(|o| o.stdout == b"0\n")
-        .expect("run `id -u`")
-}
+/// A PostgreSQL server of the test's own ([`LocalPostgres`]), so a test can stop, promote
+/// and restart it without touching the shared server. Panics where the rig fails.
+pub struct OwnPostgres(LocalPostgres);
 
-fn as_postgres_user(program: &std::path::Path) -> Command {
-    // initdb and postgres refuse to run as root: run them as the `postgres` user then.
-    if running_as_root() {
-        let mut c = Command::new("runuser");
-        c.args(["-u", "postgres", "--"]).arg(program);
-        c
-    } else {
-        Command::new(program)
+impl std::ops::Deref for OwnPostgres {
+    type Target = LocalPostgres;
+    fn deref(&self) -> &LocalPostgres {
+        &self.0
     }
 }
 
@@ -281,174 +285,51 @@ impl OwnPostgres {
     }
 
     pub fn start() -> OwnPostgres {
-        OwnPostgres::start_with(String::new())
+        OwnPostgres(LocalPostgres::start("").expect("a postgres of the test's own"))
     }
 
     /// A server of its own with TLS on, presenting `cert` (its key is copied where the server
     /// accepts it: owned by the server's user, mode 0600).
     pub fn start_tls(cert: &std::path::Path, key: &std::path::Path) -> OwnPostgres {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let (own_cert, own_key) = (dir.path().join("server.crt"), dir.path().join("server.key"));
-        std::fs::copy(cert, &own_cert).expect("copy cert");
-        std::fs::copy(key, &own_key).expect("copy key");
-        for path in [dir.path(), own_cert.as_path(), own_key.as_path()] {
-            let _ = Command::new("chown").arg("postgres").arg(path).status();
-        }
-        let _ = Command::new("chmod").arg("600").arg(&own_key).status();
-        let me = OwnPostgres::start_with(format!(
-            "-c ssl=on -c ssl_cert_file={} -c ssl_key_file={}",
-            own_cert.display(),
-            own_key.display()
-        ));
-        // The files outlive the server: it reads them at start and at reloads.
-        std::mem::forget(dir);
-        me
+        OwnPostgres(
+            LocalPostgres::start(&tls_options(cert, key))
+                .expect("a postgres of the test's own with TLS"),
+        )
     }
 
-    fn start_with(options: String) -> OwnPostgres {
-        let bin = std::fs::read_dir("/usr/lib/postgresql")
-            .expect("postgres installed under /usr/lib/postgresql")
-            .filter_map(|e| e.ok())
-            .map(|e| e.path().join("bin"))
-            .filter(|p| p.join("initdb").exists())
-            .max()
-            .expect("an initdb");
-        let dir = tempfile::tempdir().expect("tempdir");
-        let _ = Command::new("chown")
-            .arg("postgres")
-            .arg(dir.path())
-            .status();
-        let data = dir.path().join("data");
-        let out = as_postgres_user(&bin.join("initdb"))
-            .args(["-A", "trust", "-U", "postgres", "--no-sync", "-D"])
-            .arg(&data)
-            .output()
-            .expect("initdb");
-        assert!(
-            out.status.success(),
-            "initdb: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let me = OwnPostgres {
-            port: free_port(),
-            dir,
-            bin,
-            options,
-        };
-        me.restart();
-        me
+    /// A streaming standby of `primary` with TLS on, presenting `cert` (its own, not the
+    /// primary's).
+    pub fn standby_tls(
+        primary: &OwnPostgres,
+        cert: &std::path::Path,
+        key: &std::path::Path,
+    ) -> OwnPostgres {
+        let options = tls_options(cert, key);
+        OwnPostgres(
+            primary
+                .0
+                .standby_with(primary.port(), &options)
+                .expect("a standby with TLS"),
+        )
     }
 
     /// A streaming standby of `primary` (`pg_basebackup -R`), started on a port of its own.
     pub fn standby_of(primary: &OwnPostgres) -> OwnPostgres {
-        OwnPostgres::standby_through(primary, primary.port)
+        OwnPostgres::standby_through(primary, primary.port())
     }
 
     /// [`OwnPostgres::standby_of`], its replication connection to `port` (a proxy in front
     /// of the primary that the test can hold).
     pub fn standby_through(primary: &OwnPostgres, port: u16) -> OwnPostgres {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let _ = Command::new("chown")
-            .arg("postgres")
-            .arg(dir.path())
-            .status();
-        let data = dir.path().join("data");
-        let out = as_postgres_user(&primary.bin.join("pg_basebackup"))
-            .args([
-                "-h",
-                "127.0.0.1",
-                "-U",
-                "postgres",
-                "-R",
-                "-X",
-                "stream",
-                "--no-sync",
-            ])
-            .args(["-p", &primary.port.to_string(), "-D"])
-            .arg(&data)
-            .output()
-            .expect("pg_basebackup");
-        assert!(
-            out.status.success(),
-            "pg_basebackup: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        // The last setting wins over the one `-R` wrote.
-        let auto = data.join("postgresql.auto.conf");
-        let mut conf = std::fs::read_to_string(&auto).expect("postgresql.auto.conf");
-        conf.push_str(&format!(
-            "primary_conninfo = 'host=127.0.0.1 port={port} user=postgres'\n"
-        ));
-        std::fs::write(&auto, conf).expect("write postgresql.auto.conf");
-        let me = OwnPostgres {
-            port: free_port(),
-            dir,
-            bin: primary.bin.clone(),
-            options: primary.options.clone(),
-        };
-        me.restart();
-        me
+        OwnPostgres(primary.0.standby_through(port).expect("a standby"))
     }
 
     /// Promotes a standby to primary; returns once it accepts writes.
     pub fn promote(&self) {
-        let out = as_postgres_user(&self.bin.join("pg_ctl"))
-            .arg("-D")
-            .arg(self.dir.path().join("data"))
-            .args(["-w", "promote"])
-            .output()
-            .expect("pg_ctl promote");
-        assert!(
-            out.status.success(),
-            "pg_ctl promote: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-
-    /// Its port.
-    pub fn port(&self) -> u16 {
-        self.port
-    }
-
-    pub fn url(&self) -> String {
-        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+        self.0.promote().expect("pg_ctl promote");
     }
 
     pub fn restart(&self) {
-        let data = self.dir.path().join("data");
-        let opts = format!(
-            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off {}",
-            self.port,
-            self.dir.path().display(),
-            self.options
-        );
-        let out = as_postgres_user(&self.bin.join("pg_ctl"))
-            .arg("-D")
-            .arg(&data)
-            .args(["-o", &opts, "-w", "-l"])
-            .arg(self.dir.path().join("log"))
-            .arg("start")
-            .output()
-            .expect("pg_ctl start");
-        assert!(
-            out.status.success(),
-            "pg_ctl start: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-
-    /// Stops like a crash: no checkpoint, connections cut.
-    pub fn stop(&self) {
-        let _ = as_postgres_user(&self.bin.join("pg_ctl"))
-            .arg("-D")
-            .arg(self.dir.path().join("data"))
-            .args(["-m", "immediate", "-w", "stop"])
-            .output();
-    }
-}
-
-impl Drop for OwnPostgres {
-    fn drop(&mut self) {
-        self.stop();
+        self.0.restart().expect("pg_ctl start");
     }
 }

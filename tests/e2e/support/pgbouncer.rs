@@ -6,8 +6,8 @@ use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use super::db::running_as_root;
 use super::{base_env, eventually_blocking, free_port, TestDb, TestRedis};
+use outbox_testkit::postgres::running_as_root;
 
 /// Server connections per database: a relay alone has 8 clients (`database.pool_size`).
 const SERVER_CONNECTIONS: usize = 3;
