@@ -10,6 +10,10 @@
 #     --read-only outbox-relay:dev            # `run` is the default command
 #   docker run --rm -e DATABASE_URL=postgres://... outbox-relay:dev migrate
 #
+# Secrets may come from files instead (what the Kubernetes kit does): mount them and name
+# them, e.g. -v ./secrets:/run/secrets:ro -e OUTBOX__ADMIN__TOKEN_FILE=/run/secrets/admin-token
+# (every `*_FILE` setting: docs/configuration.md).
+#
 # Not built in this repository's CI (its machines have no Docker engine): scripts/k8s-check.sh
 # lints this file (hadolint and structural checks) and checks the build context, nothing more.
 

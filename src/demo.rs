@@ -85,7 +85,7 @@ fn sample(n: u64, rng: &mut impl Rng) -> NewEvent {
     });
     let event = NewEvent::new(topic, payload)
         .headers(serde_json::json!({"content-type": "application/json"}));
-    if n % 5 == 0 {
+    if n.is_multiple_of(5) {
         event
     } else {
         event.key(format!(

@@ -40,7 +40,7 @@ pub async fn metrics(state: web::Data<AdminState>) -> HttpResponse {
     let body = state
         .metrics
         .as_ref()
-        .map(|m| m.render() + &crate::telemetry::families::render())
+        .map(crate::telemetry::scrape)
         .unwrap_or_default();
     HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4")

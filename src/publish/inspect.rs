@@ -59,6 +59,9 @@ pub struct GroupInfo {
     pub last_delivered_id: String,
     /// The oldest unacknowledged entry, and how long ago it was added to the stream.
     pub oldest_pending: Option<(String, Duration)>,
+    /// How long ago that entry was last delivered to a consumer (`XPENDING`'s idle time): it
+    /// grows while nobody handles it, a consumer that died holding it included.
+    pub oldest_pending_idle: Option<Duration>,
     /// On a partition: the consumer holding the group's lease of it (the consumer library's
     /// fleet), if any.
     pub owner: Option<String>,
@@ -206,6 +209,14 @@ impl Publisher {
                         .first()
                         .and_then(entry_id)
                         .map(|id| (id.clone(), id_age(&id)));
+                    // A row is [id, consumer, idle ms, deliveries].
+                    group.oldest_pending_idle = rows
+                        .first()
+                        .and_then(|row| match row {
+                            Value::Array(fields) => fields.get(2).and_then(int),
+                            _ => None,
+                        })
+                        .map(Duration::from_millis);
                 }
             }
             if info.partition.is_some() {

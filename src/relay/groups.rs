@@ -1,9 +1,10 @@
 //! The group keeper: every few seconds it samples each declared consumer group (lag, pending,
-//! oldest pending; per partition too, for a partitioned topic; its parked keys) into the metrics, and with `redis.trim_acked`, every `retention.interval`,
-//! trims each stream with declared groups up to the oldest entry one of them has not
-//! acknowledged. Trimming is one atomic script per stream, so any replica may run it.
+//! the oldest pending entry's age and idle time; per partition too, for a partitioned topic;
+//! its fleet's members and owners; its parked keys) into the metrics, and with
+//! `redis.trim_acked`, every `retention.interval`, trims each stream with declared groups up to
+//! the oldest entry one of them has not acknowledged. Trimming is one atomic script per stream, so any replica may run it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -41,6 +42,8 @@ pub struct GroupKeeper {
     pub trim_every: Option<Duration>,
     /// When the last trim ran.
     pub last_trim: Arc<Mutex<Option<Instant>>>,
+    /// The (topic, group) pairs seen with a consumer fleet since the relay started.
+    pub fleets: Arc<Mutex<BTreeSet<(String, String)>>>,
 }
 
 impl GroupKeeper {
@@ -65,6 +68,7 @@ impl GroupKeeper {
             interval,
             trim_every,
             last_trim: Arc::default(),
+            fleets: Arc::default(),
         }
     }
 
@@ -91,6 +95,7 @@ struct Sample {
     lag: Option<u64>,
     pending: u64,
     oldest: Option<Duration>,
+    oldest_idle: Option<Duration>,
 }
 
 /// Samples every declared group (on every partition of its topic, by the counts in
@@ -147,10 +152,20 @@ async fn run_once(keeper: GroupKeeper, trim: bool) -> Result<(), GroupsError> {
                 sample.pending += group.pending;
                 let age = group.oldest_pending.as_ref().map(|(_, age)| *age);
                 sample.oldest = sample.oldest.max(age);
+                sample.oldest_idle = sample.oldest_idle.max(group.oldest_pending_idle);
             }
         }
         for (name, sample) in samples {
-            crate::telemetry::group_sampled(topic, name, sample.lag, sample.pending, sample.oldest);
+            crate::telemetry::group_sampled(
+                topic,
+                name,
+                crate::telemetry::GroupSample {
+                    lag: sample.lag,
+                    pending: sample.pending,
+                    oldest_pending: sample.oldest,
+                    oldest_pending_idle: sample.oldest_idle,
+                },
+            );
         }
         let now_ms = chrono::Utc::now().timestamp_millis();
         for name in declared {
@@ -165,8 +180,22 @@ async fn run_once(keeper: GroupKeeper, trim: bool) -> Result<(), GroupsError> {
         }
         if partitions > 1 {
             for name in declared {
-                // Only groups whose consumers keep a fleet: others own nothing by design.
-                if let Some(members) = keeper.publisher.fleet_members(topic, name).await? {
+                // Only groups whose consumers keep a fleet: others own nothing by design. A
+                // fleet whose last member left (its members key expired with it) is still
+                // one: its gauges say 0 members and no owners rather than freeze.
+                let members = keeper.publisher.fleet_members(topic, name).await?;
+                let fleet = (topic.clone(), name.clone());
+                let members = {
+                    let mut seen = keeper.fleets.lock().unwrap_or_else(|e| e.into_inner());
+                    match members {
+                        Some(members) => {
+                            seen.insert(fleet);
+                            Some(members)
+                        }
+                        None => seen.contains(&fleet).then_some(0),
+                    }
+                };
+                if let Some(members) = members {
                     let mut owners = owned.remove(name.as_str()).unwrap_or_default();
                     owners.resize(partitions as usize, false);
                     crate::telemetry::fleet_sampled(topic, name, members, &owners);

@@ -159,6 +159,9 @@ pub fn install_metrics() -> Option<PrometheusHandle> {
         "outbox_claim_cycles_total",
         "Claim cycles committed, those that found nothing (or were held) included"
     );
+    describe_the_rest();
+    process().describe();
+    gauge!("outbox_build_info", "version" => env!("CARGO_PKG_VERSION")).set(1.0);
     // Every metric a dashboard or an absent() alert relies on is in the first scrape.
     gauge!("outbox_producers_quiet").set(0.0);
     gauge!("outbox_events_pending").set(0.0);
@@ -186,7 +189,96 @@ pub fn install_metrics() -> Option<PrometheusHandle> {
     Some(handle)
 }
 
-/// A topic this replica knows of: its counters exist (at 0) before its first publish.
+/// The HELP lines of the metrics not described beside their first set above.
+fn describe_the_rest() {
+    metrics::describe_counter!("outbox_events_dead_lettered_total", "Events dead-lettered");
+    metrics::describe_counter!(
+        "outbox_events_duplicate_total",
+        "Events found already in their stream (a second XADD refused)"
+    );
+    metrics::describe_counter!(
+        "outbox_events_failed_total",
+        "Event failures that will be retried"
+    );
+    metrics::describe_gauge!(
+        "outbox_group_lag",
+        "Entries of the stream a declared consumer group has not read yet"
+    );
+    metrics::describe_gauge!(
+        "outbox_group_members",
+        "Live consumers of a declared group's fleet on a partitioned topic"
+    );
+    metrics::describe_gauge!("outbox_group_oldest_pending_age_seconds", "Age of a declared group's oldest unacknowledged entry, from when it was appended (its id's time)");
+    metrics::describe_gauge!("outbox_group_oldest_pending_idle_seconds", "Time since a declared group's oldest unacknowledged entry was last delivered to a consumer");
+    metrics::describe_gauge!(
+        "outbox_group_pending",
+        "Entries a declared group read and has not acknowledged"
+    );
+    metrics::describe_counter!(
+        "outbox_job_failures_total",
+        "Failed runs of a periodic job or the listener"
+    );
+    metrics::describe_gauge!(
+        "outbox_partition_lag",
+        "Entries of a partition's stream a declared group has not read yet"
+    );
+    metrics::describe_gauge!(
+        "outbox_partition_owned",
+        "1 while a consumer of the group holds the partition's lease, 0 while none does"
+    );
+    metrics::describe_gauge!(
+        "outbox_partition_pending",
+        "Entries of a partition's stream a declared group read and has not acknowledged"
+    );
+    metrics::describe_counter!(
+        "outbox_redis_lost_entries_total",
+        "Entries Redis lost after the relay had appended them (published again)"
+    );
+    metrics::describe_gauge!(
+        "outbox_redis_memory_held",
+        "1 while publishing holds because Redis is above redis.max_memory_ratio"
+    );
+    metrics::describe_gauge!(
+        "outbox_redis_memory_ratio",
+        "used_memory / maxmemory of the Redis the relay writes to (0 without a maxmemory)"
+    );
+    metrics::describe_counter!(
+        "outbox_retention_deleted_total",
+        "Published rows deleted by retention"
+    );
+    metrics::describe_counter!(
+        "outbox_stream_trimmed_total",
+        "Stream entries removed by redis.trim_acked"
+    );
+    metrics::describe_gauge!(
+        "outbox_topic_down",
+        "1 while the topic's publishes fail as a whole on this replica and its events wait"
+    );
+    metrics::describe_counter!(
+        "outbox_topic_outages_total",
+        "Publishes of the topic that failed as a whole (no attempt spent)"
+    );
+    metrics::describe_gauge!(
+        "outbox_build_info",
+        "The relay's version, as a label; always 1"
+    );
+}
+
+/// The process's own metrics (`process_cpu_seconds_total`, `process_resident_memory_bytes`,
+/// `process_open_fds`, ...), as Prometheus' client libraries name them.
+fn process() -> &'static metrics_process::Collector {
+    static COLLECTOR: std::sync::OnceLock<metrics_process::Collector> = std::sync::OnceLock::new();
+    COLLECTOR.get_or_init(metrics_process::Collector::default)
+}
+
+/// The text `/metrics` serves: the process's metrics read now, the recorder's, and the
+/// families replaced whole per sample.
+pub fn scrape(handle: &PrometheusHandle) -> String {
+    process().collect();
+    handle.render() + &families::render()
+}
+
+/// A known topic: its counters exist (at 0) before its first publish, on this replica.
 pub fn topic_known(topic: &str) {
     counter!("outbox_events_published_total", "topic" => topic.to_string()).increment(0);
     counter!("outbox_topic_outages_total", "topic" => topic.to_string()).increment(0);
@@ -238,6 +330,7 @@ pub fn group_known(topic: &str, group: &str) {
     gauge!("outbox_group_lag", &labels).set(0.0);
     gauge!("outbox_group_pending", &labels).set(0.0);
     gauge!("outbox_group_oldest_pending_age_seconds", &labels).set(0.0);
+    gauge!("outbox_group_oldest_pending_idle_seconds", &labels).set(0.0);
     gauge!("outbox_parked_keys", &labels).set(0.0);
     gauge!("outbox_parked_key_oldest_age_seconds", &labels).set(0.0);
     counter!("outbox_stream_trimmed_total", "topic" => topic.to_string()).increment(0);
@@ -252,22 +345,34 @@ pub fn parked_keys_sampled(topic: &str, group: &str, keys: usize, oldest: Option
         .set(oldest.map_or(0.0, |d| d.as_secs_f64()));
 }
 
-/// A consumer group as sampled from its stream: entries not yet delivered to it (when Redis
-/// knows), delivered and not acknowledged, and the age of the oldest of those.
-pub fn group_sampled(
-    topic: &str,
-    group: &str,
-    lag: Option<u64>,
-    pending: u64,
-    oldest_pending: Option<Duration>,
-) {
+/// A consumer group as sampled from its streams.
+#[derive(Debug, Clone, Copy)]
+pub struct GroupSample {
+    /// Entries not yet delivered to it, when Redis can tell.
+    pub lag: Option<u64>,
+    /// Delivered and not acknowledged.
+    pub pending: u64,
+    /// The age of the oldest of those, since it was appended.
+    pub oldest_pending: Option<Duration>,
+    /// How long ago that entry was last delivered.
+    pub oldest_pending_idle: Option<Duration>,
+}
+
+/// A lag gauge's value: NaN while Redis cannot tell (after some deletions), so that no alert
+/// reads a stale number as progress or as none.
+fn lag_value(lag: Option<u64>) -> f64 {
+    lag.map_or(f64::NAN, |lag| lag as f64)
+}
+
+/// A declared consumer group as sampled from its stream (all its partitions).
+pub fn group_sampled(topic: &str, group: &str, sample: GroupSample) {
     let labels = [("topic", topic.to_string()), ("group", group.to_string())];
-    if let Some(lag) = lag {
-        gauge!("outbox_group_lag", &labels).set(lag as f64);
-    }
-    gauge!("outbox_group_pending", &labels).set(pending as f64);
-    gauge!("outbox_group_oldest_pending_age_seconds", &labels)
-        .set(oldest_pending.map_or(0.0, |d| d.as_secs_f64()));
+    let secs = |d: Option<Duration>| d.map_or(0.0, |d| d.as_secs_f64());
+    gauge!("outbox_group_lag", &labels).set(lag_value(sample.lag));
+    gauge!("outbox_group_pending", &labels).set(sample.pending as f64);
+    gauge!("outbox_group_oldest_pending_age_seconds", &labels).set(secs(sample.oldest_pending));
+    gauge!("outbox_group_oldest_pending_idle_seconds", &labels)
+        .set(secs(sample.oldest_pending_idle));
 }
 
 /// A declared group's sample on one partition of a partitioned topic.
@@ -283,9 +388,7 @@ pub fn partition_sampled(
         ("partition", partition.to_string()),
         ("group", group.to_string()),
     ];
-    if let Some(lag) = lag {
-        gauge!("outbox_partition_lag", &labels).set(lag as f64);
-    }
+    gauge!("outbox_partition_lag", &labels).set(lag_value(lag));
     gauge!("outbox_partition_pending", &labels).set(pending as f64);
 }
 

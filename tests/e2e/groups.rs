@@ -113,6 +113,36 @@ async fn declared_groups_exist_before_the_first_publish_and_show_in_metrics() {
         .metric(&format!("outbox_group_oldest_pending_age_seconds{billing}"))
         .expect("oldest pending age");
     assert!(age > 0.0, "the oldest pending entry has an age: {age}");
+    // Nobody handles the 30 entries billing read: the oldest's idle time (since its delivery)
+    // grows, what a stuck or dead consumer shows, whatever the entry's age.
+    let idle = format!("outbox_group_oldest_pending_idle_seconds{billing}");
+    let first = http
+        .wait_metric(&idle, |v| v > 0.0, Duration::from_secs(15))
+        .await;
+    http.wait_metric(&idle, |v| v >= first + 1.0, Duration::from_secs(15))
+        .await;
+    // Acknowledged, nothing is pending: no idle time.
+    let key = redis.stream("t0");
+    let mut c = redis.conn().await;
+    let pending: Vec<(String, String, u64, u64)> = redis::cmd("XPENDING")
+        .arg(&key)
+        .arg("billing")
+        .arg("-")
+        .arg("+")
+        .arg(100)
+        .query_async(&mut c)
+        .await
+        .expect("xpending");
+    assert_eq!(pending.len(), 30);
+    let mut ack = redis::cmd("XACK");
+    ack.arg(&key).arg("billing");
+    for (id, ..) in &pending {
+        ack.arg(id);
+    }
+    let acked: u64 = ack.query_async(&mut c).await.expect("xack");
+    assert_eq!(acked, 30);
+    http.wait_metric(&idle, |v| v == 0.0, Duration::from_secs(15))
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

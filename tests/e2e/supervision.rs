@@ -213,3 +213,56 @@ async fn every_contract_metric_is_in_the_first_scrape() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_metric_has_a_help_line_beside_the_build_and_process_metrics() {
+    let db = TestDb::new().await;
+    let redis = TestRedis::shared();
+    let mut env = base_env(&db, &redis);
+    env.push((
+        "OUTBOX__GROUPS".into(),
+        r#"[{topic = "t0", name = "billing"}]"#.into(),
+    ));
+    let relay = RelayProc::spawn("help-lines", &env);
+    insert_events(&db, Events::varied().n(1..=30).topics(2).keys(3)).await;
+    db.wait_until_published(Duration::from_secs(20)).await;
+    let http = relay.http();
+    // The group sampler has run: its gauges are in the scrape too.
+    http.wait_metric(
+        "outbox_group_lag{topic=\"t0\",group=\"billing\"}",
+        |lag| lag > 0.0,
+        Duration::from_secs(20),
+    )
+    .await;
+    let scrape = http.metrics();
+    let typed: Vec<&str> = scrape
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split(' ').next())
+        .collect();
+    assert!(typed.len() > 30, "{scrape}");
+    let lacking: Vec<&&str> = typed
+        .iter()
+        .filter(|name| !scrape.contains(&format!("# HELP {name} ")))
+        .collect();
+    assert!(lacking.is_empty(), "no HELP line for {lacking:?}");
+    assert!(
+        scrape.contains(&format!(
+            "outbox_build_info{{version=\"{}\"}} 1",
+            env!("CARGO_PKG_VERSION")
+        )),
+        "{scrape}"
+    );
+    for process in [
+        "process_resident_memory_bytes",
+        "process_open_fds",
+        "process_max_fds",
+        "process_start_time_seconds",
+    ] {
+        let value = http
+            .metric(process)
+            .unwrap_or_else(|| panic!("{process} is not in the scrape:\n{scrape}"));
+        assert!(value > 0.0, "{process} = {value}");
+    }
+    assert!(http.metric("process_cpu_seconds_total").is_some());
+}
