@@ -18,9 +18,19 @@ use crate::relay::{self, health::Health};
 const DRAIN_DEADLINE: Duration = Duration::from_secs(5);
 
 /// `outbox-relay migrate`.
-pub async fn migrate(settings: &Settings) -> anyhow::Result<()> {
+pub async fn migrate(settings: &Settings, wait: std::time::Duration) -> anyhow::Result<()> {
     let url = settings.database_url()?;
-    let migrated = db::migrate::prepare(url, Some(&settings.tables)).await?;
+    let plan = db::migrate::Plan {
+        tables: Some(settings.tables.clone()),
+        runtime_role: settings.database.runtime_role.clone(),
+    };
+    let migrated = db::migrate::prepare_waiting(url, &plan, wait).await?;
+    if let Some(role) = &plan.runtime_role {
+        tracing::info!(
+            role,
+            "database.runtime_role granted the rows of the relay's tables"
+        );
+    }
     for table in &migrated.tables.adopted {
         tracing::info!(
             table,

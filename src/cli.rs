@@ -20,7 +20,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Apply pending migrations to DATABASE_URL (idempotent, safe to race), then exit.
-    Migrate(CommonArgs),
+    Migrate(MigrateArgs),
     /// Run the relay and the admin server until SIGTERM/SIGINT.
     Run(CommonArgs),
     /// Create a local database, migrate, and run the relay with a sample producer.
@@ -35,6 +35,18 @@ pub enum Command {
     /// Print the effective configuration (every layer applied) as TOML, secrets as `***`;
     /// a bad configuration exits 2 as `run` would.
     Config(CommonArgs),
+}
+
+/// Flags of `migrate`.
+#[derive(Debug, Args, Clone)]
+pub struct MigrateArgs {
+    /// The common flags (`--database-url`, `--config`).
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// How long to keep trying while Postgres cannot be reached (starting, failing over),
+    /// one log line per try; `0s` tries once.
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = humantime::parse_duration)]
+    pub wait: std::time::Duration,
 }
 
 /// Flags of `replay`.

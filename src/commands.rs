@@ -10,7 +10,8 @@ use crate::{app, demo};
 /// Loads and checks the settings `command` runs with.
 pub fn settings_for(command: &Command) -> Result<Settings, ConfigError> {
     let (base, common) = match command {
-        Command::Migrate(c) | Command::Run(c) | Command::Config(c) => (Settings::default(), c),
+        Command::Run(c) | Command::Config(c) => (Settings::default(), c),
+        Command::Migrate(m) => (Settings::default(), &m.common),
         Command::Demo(d) => (demo::default_settings(), &d.common),
         Command::Tail(t) => (Settings::default(), &t.common),
         Command::Repartition(r) => (Settings::default(), &r.common),
@@ -34,7 +35,7 @@ pub fn settings_for(command: &Command) -> Result<Settings, ConfigError> {
 /// Runs `command` to its end; `traced`: spans are exported, so the publisher makes them.
 pub async fn execute(command: Command, settings: Settings, traced: bool) -> anyhow::Result<()> {
     match command {
-        Command::Migrate(_) => app::migrate(&settings).await,
+        Command::Migrate(m) => app::migrate(&settings, m.wait).await,
         Command::Run(_) => app::run(settings, traced).await,
         Command::Demo(d) => demo::run(settings, d.rate, traced).await,
         Command::Tail(t) => {

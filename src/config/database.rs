@@ -33,6 +33,9 @@ pub struct DatabaseSettings {
     /// without an attempt.
     #[serde(with = "humantime_serde")]
     pub wait_standbys_timeout: std::time::Duration,
+    /// A role `migrate` grants the rows of the relay's tables (and nothing else), so that
+    /// `run` can connect as it while only the migrating role may change the schema.
+    pub runtime_role: Option<String>,
 }
 
 /// What sits between the relay and Postgres (`database.pooler`).
@@ -57,6 +60,7 @@ impl Default for DatabaseSettings {
             pooler: Pooler::Direct,
             wait_standbys: 0,
             wait_standbys_timeout: std::time::Duration::from_secs(1),
+            runtime_role: None,
         }
     }
 }

@@ -34,6 +34,14 @@ pub enum MigrateError {
     /// An adopted table could not be prepared or released.
     #[error(transparent)]
     Adopt(#[from] super::adopted::AdoptError),
+    /// `database.runtime_role` could not be granted its rights.
+    #[error("cannot grant database.runtime_role {role} its rights: {error}")]
+    Grant {
+        /// The role.
+        role: String,
+        /// Postgres' answer.
+        error: diesel::result::Error,
+    },
     /// The migration thread died.
     #[error("migration thread failed")]
     Thread,
@@ -55,19 +63,76 @@ pub struct Migrated {
     pub tables: Synced,
 }
 
+/// What a migration does beside applying the pending migrations.
+#[derive(Debug, Clone, Default)]
+pub struct Plan {
+    /// Make the adopted tables match these ([`super::adopted::sync`]).
+    pub tables: Option<Vec<TableSpec>>,
+    /// Grant this role the relay's runtime rights ([`super::grants`]).
+    pub runtime_role: Option<String>,
+}
+
 /// Applies pending migrations and, with `tables`, makes the adopted tables match them
 /// ([`super::adopted::sync`]), all in one transaction.
 pub async fn prepare(url: &str, tables: Option<&[TableSpec]>) -> Result<Migrated, MigrateError> {
-    let url = url.to_string();
-    let tables = tables.map(<[TableSpec]>::to_vec);
+    let plan = Plan {
+        tables: tables.map(<[TableSpec]>::to_vec),
+        runtime_role: None,
+    };
+    prepare_plan(url, &plan).await
+}
+
+/// Applies pending migrations and what `plan` adds, all in one transaction.
+pub async fn prepare_plan(url: &str, plan: &Plan) -> Result<Migrated, MigrateError> {
+    let (url, plan) = (url.to_string(), plan.clone());
     let (tx, rx) = tokio::sync::oneshot::channel();
     std::thread::spawn(move || {
-        let _ = tx.send(run_blocking(&url, tables.as_deref()));
+        let _ = tx.send(run_blocking(&url, &plan));
     });
     rx.await.map_err(|_| MigrateError::Thread)?
 }
 
-fn run_blocking(url: &str, tables: Option<&[TableSpec]>) -> Result<Migrated, MigrateError> {
+/// How long one try to connect may take: a host that drops packets must not use up the
+/// whole wait in one try.
+const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The longest pause between two tries of [`prepare_waiting`].
+const MAX_PAUSE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// [`prepare_plan`], trying again for up to `wait` while Postgres cannot be reached (a server
+/// starting, a failover under way, a Service without endpoints yet), with one log line per
+/// failed try: an init container then waits for its database instead of crash-looping. Any
+/// other failure ends it at once.
+pub async fn prepare_waiting(
+    url: &str,
+    plan: &Plan,
+    wait: std::time::Duration,
+) -> Result<Migrated, MigrateError> {
+    let deadline = tokio::time::Instant::now() + wait;
+    let mut pause = std::time::Duration::from_millis(500);
+    let mut tries = 0u32;
+    loop {
+        tries += 1;
+        let error = match prepare_plan(url, plan).await {
+            Err(MigrateError::Connect(e)) => e,
+            done => return done,
+        };
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        if left < pause {
+            return Err(MigrateError::Connect(error));
+        }
+        tracing::warn!(
+            tries,
+            retry_in_ms = pause.as_millis() as u64,
+            waits_for_s = left.as_secs(),
+            "postgres cannot be reached yet, migrate tries again (migrate --wait): {error}"
+        );
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(MAX_PAUSE);
+    }
+}
+
+fn run_blocking(url: &str, plan: &Plan) -> Result<Migrated, MigrateError> {
     // The connection's task runs on this runtime's worker while the synchronous harness
     // waits for each statement.
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -75,7 +140,14 @@ fn run_blocking(url: &str, tables: Option<&[TableSpec]>) -> Result<Migrated, Mig
         .enable_all()
         .build()
         .map_err(|_| MigrateError::Thread)?;
-    let conn = runtime.block_on(super::tls::connect(url))?;
+    let conn = runtime
+        .block_on(async { tokio::time::timeout(CONNECT_TIMEOUT, super::tls::connect(url)).await })
+        .map_err(|_| {
+            diesel::ConnectionError::BadConnection(format!(
+                "no answer within {}s",
+                CONNECT_TIMEOUT.as_secs()
+            ))
+        })??;
     let mut conn = AsyncConnectionWrapper::<AsyncPgConnection>::from(conn);
     // Nothing may outlive the transaction on the server connection (see `pooler`).
     conn.set_prepared_statement_cache_size(CacheSize::Disabled);
@@ -90,10 +162,16 @@ fn run_blocking(url: &str, tables: Option<&[TableSpec]>) -> Result<Migrated, Mig
             .run_pending_migrations(MIGRATIONS)
             .map(|applied| applied.len())
             .map_err(|e| MigrateError::Migration(e.to_string()))?;
-        let tables = match tables {
+        let tables = match &plan.tables {
             Some(tables) => super::adopted::sync(c, tables)?,
             None => Synced::default(),
         };
+        if let Some(role) = &plan.runtime_role {
+            super::grants::grant(c, role).map_err(|error| MigrateError::Grant {
+                role: role.clone(),
+                error,
+            })?;
+        }
         Ok(Migrated { applied, tables })
     });
     drop(conn);

@@ -5,6 +5,7 @@
 
 pub mod adopted;
 pub mod audit;
+pub mod grants;
 pub mod handle;
 pub mod idempotency;
 pub mod migrate;

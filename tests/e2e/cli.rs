@@ -2,6 +2,7 @@
 //! `--help` works everywhere.
 
 use std::process::{Command, Output};
+use std::time::Duration;
 
 use crate::support::*;
 
@@ -357,4 +358,140 @@ async fn a_relay_reads_its_token_from_a_file_and_logs_json_lines() {
         with_fields > 0,
         "the events' own fields are at the top level: {log}"
     );
+}
+
+/// `outbox-relay migrate` with `extra` flags against `url`, its stderr in a log file.
+fn migrate_logged(name: &str, url: &str, extra: &[&str]) -> Logged {
+    let mut cmd = Command::new(BIN);
+    cmd.arg("migrate")
+        .args(extra)
+        .env_clear()
+        .env("DATABASE_URL", url)
+        .env("RUST_LOG", "info");
+    let log = std::env::temp_dir().join(format!(
+        "migrate-{name}-{}.log",
+        uuid::Uuid::new_v4().simple()
+    ));
+    Logged::spawn(cmd, log)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn migrate_waits_for_a_postgres_that_starts_late_one_line_per_try() {
+    let pg = OwnPostgres::start();
+    pg.stop();
+    let mut migrate = migrate_logged("late", &pg.url(), &[]);
+    // It had its chance and failed at least twice before the server comes up.
+    eventually(Duration::from_secs(20), "two failed tries", || async {
+        match migrate.log().matches("migrate tries again").count() {
+            n if n >= 2 => Ok(()),
+            n => Err(format!("{n} tries:\n{}", migrate.log())),
+        }
+    })
+    .await;
+    pg.restart();
+    assert_eq!(
+        migrate.wait_exit(Duration::from_secs(60)),
+        Some(0),
+        "{}",
+        migrate.log()
+    );
+    let log = migrate.log();
+    let tries = log.matches("migrate tries again").count();
+    assert_eq!(
+        log.lines()
+            .filter(|l| l.contains("migrate tries again"))
+            .count(),
+        tries,
+        "one line per try: {log}"
+    );
+    assert!(log.contains("migrations up to date"), "{log}");
+    let db = TestDb::at(&pg.url());
+    assert!(
+        db.scalar("SELECT count(*) FROM __diesel_schema_migrations")
+            .await
+            > 10
+    );
+}
+
+#[test]
+fn migrate_gives_up_after_its_wait_and_wait_0s_tries_once() {
+    // Nobody listens there: the port of a listener just closed.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let url = format!("postgres://postgres@127.0.0.1:{port}/postgres");
+    let mut waited = migrate_logged("gives-up", &url, &["--wait", "2s"]);
+    assert_eq!(waited.wait_exit(Duration::from_secs(30)), Some(1));
+    let log = waited.log();
+    assert!(
+        log.matches("migrate tries again").count() >= 2,
+        "it tried again within its wait: {log}"
+    );
+    assert!(log.contains("cannot connect to postgres"), "{log}");
+    let mut once = migrate_logged("once", &url, &["--wait", "0s"]);
+    assert_eq!(once.wait_exit(Duration::from_secs(30)), Some(1));
+    let log = once.log();
+    assert!(!log.contains("migrate tries again"), "{log}");
+    assert!(log.contains("cannot connect to postgres"), "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_runtime_role_granted_by_migrate_relays_and_cannot_change_the_schema() {
+    let pg = OwnPostgres::start();
+    let admin = TestDb::at(&pg.url());
+    // Unknown role: the migration fails as a whole, naming the setting.
+    let out = relay(
+        &["migrate"],
+        &[
+            ("DATABASE_URL", &pg.url()),
+            ("OUTBOX__DATABASE__RUNTIME_ROLE", "outbox_runtime"),
+        ],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("database.runtime_role outbox_runtime")
+            && stderr.contains("does not exist"),
+        "{stderr}"
+    );
+    assert_eq!(
+        admin
+            .scalar("SELECT count(*) FROM pg_tables WHERE tablename = 'outbox'")
+            .await,
+        0,
+        "nothing half-migrated"
+    );
+
+    admin.exec("CREATE ROLE outbox_runtime LOGIN").await;
+    succeeded(&relay(
+        &["migrate"],
+        &[
+            ("DATABASE_URL", &pg.url()),
+            ("OUTBOX__DATABASE__RUNTIME_ROLE", "outbox_runtime"),
+        ],
+    ));
+    let runtime_url = pg.url().replace("postgres@", "outbox_runtime@");
+    let runtime = TestDb::at(&runtime_url);
+    let refused = runtime.try_exec("CREATE TABLE outbox_mine (id int)").await;
+    assert!(
+        refused.is_err_and(|e| e.contains("permission denied")),
+        "the runtime role changes no schema"
+    );
+    let redis = TestRedis::shared();
+    let mut env = base_env(&admin, &redis);
+    env.retain(|(k, _)| k != "DATABASE_URL");
+    env.push(("DATABASE_URL".into(), runtime_url));
+    env.push(("OUTBOX__RETENTION__PUBLISHED_FOR".into(), "0s".into()));
+    let relay = RelayProc::spawn("runtime-role", &env);
+    relay.wait_ready(Duration::from_secs(20)).await;
+    insert_events(&admin, Events::varied().n(1..=40).topics(2).keys(4)).await;
+    eventually(Duration::from_secs(30), "published and deleted", || async {
+        match admin.scalar("SELECT count(*) FROM outbox").await {
+            0 => Ok(()),
+            n => Err(format!("{n} rows left")),
+        }
+    })
+    .await;
+    assert_eq!(redis.xlen("t0").await + redis.xlen("t1").await, 40);
 }

@@ -103,10 +103,15 @@ impl TestDb {
     }
 
     pub async fn exec(&self, sql: &str) {
-        let mut c = self.conn().await;
-        c.batch_execute(sql)
+        self.try_exec(sql)
             .await
             .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+
+    /// [`TestDb::exec`] for a statement the test expects Postgres may refuse: its error.
+    pub async fn try_exec(&self, sql: &str) -> Result<(), String> {
+        let mut c = self.conn().await;
+        c.batch_execute(sql).await.map_err(|e| e.to_string())
     }
 
     pub async fn pending(&self) -> i64 {
