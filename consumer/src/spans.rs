@@ -19,8 +19,13 @@ pub(crate) fn for_entry(stream: &str, entry: &Entry) -> Span {
         outbox.delivery = entry.deliveries,
     );
     #[cfg(feature = "otel")]
-    if let Some(parent) = outbox_core::trace::from_headers(&entry.headers) {
-        outbox_core::trace::set_parent(&span, parent);
+    {
+        if let Some(lease) = &entry.lease {
+            outbox_core::trace::set_partition(&span, lease.partition);
+        }
+        if let Some(parent) = outbox_core::trace::from_headers(&entry.headers) {
+            outbox_core::trace::set_parent(&span, parent);
+        }
     }
     span
 }
@@ -50,7 +55,7 @@ pub(crate) fn for_batch(entries: &[Entry], first_stream: &str) -> Span {
 /// Marks `span` failed with `error`.
 pub(crate) fn failed(span: &Span, error: &str) {
     #[cfg(feature = "otel")]
-    outbox_core::trace::set_status(span, Some(error));
+    outbox_core::trace::set_error(span, "handler_failed", error);
     #[cfg(not(feature = "otel"))]
     let _ = (span, error);
 }

@@ -481,7 +481,8 @@ impl Publisher {
             if !call.is_empty() {
                 let sent: Vec<(&StreamEvent, usize)> = call.iter().map(|&i| items[i]).collect();
                 // Traced events go out in spans of their traces.
-                let spans = trace::Spans::start(at.stream, &sent, self.config.traced);
+                let partition = (at.of > 1).then_some(at.index);
+                let spans = trace::Spans::start(at.stream, partition, &sent, self.config.traced);
                 if cloudevents {
                     self.retrace(&sent, &spans, &mut bodies);
                 }

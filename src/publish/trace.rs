@@ -21,13 +21,19 @@ pub(crate) struct Spans {
 impl Spans {
     /// Starts a span for each event of `sent` that carries a trace context, when `traced`
     /// (spans are exported).
-    pub(crate) fn start(stream: &str, sent: &[(&StreamEvent, usize)], traced: bool) -> Spans {
+    /// `partition`: the stream's partition of a partitioned topic.
+    pub(crate) fn start(
+        stream: &str,
+        partition: Option<u32>,
+        sent: &[(&StreamEvent, usize)],
+        traced: bool,
+    ) -> Spans {
         if !traced {
             return Spans::default();
         }
         let traced = sent
             .iter()
-            .map(|(event, _)| start_one(stream, event))
+            .map(|(event, _)| start_one(stream, partition, event))
             .collect();
         Spans { traced }
     }
@@ -50,30 +56,48 @@ impl Spans {
     pub(crate) fn finish(self, result: &Result<Reply, PublishError>) {
         for (index, traced) in self.traced.into_iter().enumerate() {
             let Some((span, _)) = traced else { continue };
-            let error = match result {
+            // `error.type`: the class of the failure, never the message (low cardinality).
+            let error: Option<(&'static str, String)> = match result {
                 Ok(Reply::Done(outcomes, _)) => match outcomes.get(index) {
                     Some(Outcome::Published) => None,
                     Some(Outcome::Duplicate) => {
                         span.set_attribute("outbox.duplicate", true);
                         None
                     }
-                    Some(Outcome::Failed(e)) => Some(e.clone()),
-                    Some(Outcome::Skipped) | None => {
-                        Some("not sent: an earlier event of its key failed".to_string())
-                    }
+                    Some(Outcome::Failed(e)) => Some(("event_refused", e.clone())),
+                    Some(Outcome::Skipped) | None => Some((
+                        "key_blocked",
+                        "not sent: an earlier event of its key failed".to_string(),
+                    )),
                 },
-                Ok(Reply::Behind { .. }) => {
-                    Some("not sent: the stream lost entries (see the relay's log)".to_string())
-                }
-                Err(e) => Some(e.to_string()),
+                Ok(Reply::Behind { .. }) => Some((
+                    "stream_lost_entries",
+                    "not sent: the stream lost entries (see the relay's log)".to_string(),
+                )),
+                Err(e) => Some(("redis_unavailable", e.to_string())),
             };
-            trace::set_status(&span, error.as_deref());
+            // One line inside the span, so a log pipeline finds the event's trace from it
+            // (JSON lines carry the span's ids); debug: the cycle logs failures already.
+            span.in_scope(|| match &error {
+                Some((kind, message)) => {
+                    tracing::debug!(error.type = kind, "traced event not sent: {message}")
+                }
+                None => tracing::debug!("traced event sent"),
+            });
+            match error {
+                Some((kind, message)) => trace::set_error(&span, kind, &message),
+                None => trace::set_status(&span, None),
+            }
         }
     }
 }
 
 /// The span of one event, and its headers naming that span, if it carries a trace context.
-fn start_one(stream: &str, event: &StreamEvent) -> Option<(tracing::Span, Option<String>)> {
+fn start_one(
+    stream: &str,
+    partition: Option<u32>,
+    event: &StreamEvent,
+) -> Option<(tracing::Span, Option<String>)> {
     if !event.headers.contains(TRACEPARENT) {
         return None;
     }
@@ -88,6 +112,9 @@ fn start_one(stream: &str, event: &StreamEvent) -> Option<(tracing::Span, Option
         messaging.message.id = %event.id,
         outbox.topic = %event.topic,
     );
+    if let Some(partition) = partition {
+        trace::set_partition(&span, partition);
+    }
     trace::set_parent(&span, parent.clone());
     let rewritten = trace::traceparent_of(&span)
         .and_then(|own| replace_traceparent(&event.headers, traceparent.as_str()?, &own));

@@ -16,6 +16,7 @@ use crate::config::LogFormat;
 
 pub mod actors;
 pub mod families;
+pub mod trace_ids;
 pub mod traces;
 
 pub use actors::ActorName;
@@ -73,12 +74,16 @@ pub fn install(format: LogFormat, service: &str) -> Result<traces::Exporting, tr
             .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
             .boxed(),
         // The event's fields at the top level beside `message` (what log pipelines index),
-        // and the spans it happened in with theirs.
+        // the spans it happened in with theirs, and the trace it belongs to.
         LogFormat::Json => tracing_subscriber::fmt::layer()
-            .json()
-            .flatten_event(true)
-            .with_current_span(false)
-            .with_span_list(true)
+            .fmt_fields(tracing_subscriber::fmt::format::JsonFields::new())
+            .event_format(trace_ids::WithTraceIds(
+                tracing_subscriber::fmt::format()
+                    .json()
+                    .flatten_event(true)
+                    .with_current_span(false)
+                    .with_span_list(true),
+            ))
             .with_writer(std::io::stderr)
             .boxed(),
     };

@@ -281,3 +281,95 @@ async fn an_api_producers_request_trace_context_goes_into_the_event() {
         "the retry stored nothing"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn spans_name_their_partition_and_failure_class_and_json_lines_their_trace() {
+    let receiver = OtlpReceiver::start().await;
+    let db = TestDb::new().await;
+    let redis = TestRedis::shared();
+    let mut env = receiver.relay_env(&db, &redis);
+    env.push(("OUTBOX__TOPICS".into(), "t0:4".into()));
+    env.push(("OUTBOX__LOG__FORMAT".into(), "json".into()));
+    env.push(("OUTBOX__RETRY__MAX_ATTEMPTS".into(), "1".into()));
+    env.retain(|(k, _)| k != "RUST_LOG");
+    env.push(("RUST_LOG".into(), "warn,outbox_relay::publish=debug".into()));
+    // Topic `bad`'s stream key holds a string: each XADD of its events is refused.
+    let mut c = redis.conn().await;
+    let _: () = redis::AsyncCommands::set(&mut c, redis.stream("bad"), "not a stream")
+        .await
+        .expect("set");
+    let relay = RelayProc::spawn("trace-attributes", &env);
+    let bad_trace = "5bf92f3577b34da6a3ce929d0e0e4736";
+    db.exec(&format!(
+        "INSERT INTO outbox (topic, payload, partition_key, headers) VALUES
+         ('t0', '{{\"n\": 1}}', 'k7', '{{\"traceparent\": \"00-{PRODUCER_TRACE}-{PRODUCER_SPAN}-01\"}}'),
+         ('bad', '{{\"n\": 2}}', 'k7', '{{\"traceparent\": \"00-{bad_trace}-{PRODUCER_SPAN}-01\"}}')"
+    ))
+    .await;
+    let partition = outbox_core::partition::for_key("k7", 4);
+    let sent = receiver
+        .span(|s| s.kind == PRODUCER_KIND && s.trace_id == PRODUCER_TRACE)
+        .await;
+    assert_eq!(
+        sent.attributes["messaging.destination.partition.id"],
+        partition.to_string()
+    );
+    assert_eq!(
+        sent.attributes["messaging.destination.name"],
+        redis.stream(&format!("t0:{partition}"))
+    );
+    assert_eq!(sent.status, 1);
+    assert!(!sent.attributes.contains_key("error.type"));
+    let refused = receiver
+        .span(|s| s.kind == PRODUCER_KIND && s.trace_id == bad_trace)
+        .await;
+    assert_eq!(refused.status, 2, "failed: error status");
+    assert_eq!(refused.attributes["error.type"], "event_refused");
+    assert!(
+        !refused
+            .attributes
+            .contains_key("messaging.destination.partition.id"),
+        "topic bad has one stream"
+    );
+
+    // The JSON lines logged inside those spans name them.
+    let lines = eventually(Duration::from_secs(20), "both spans' log lines", || async {
+        let lines: Vec<serde_json::Value> = relay
+            .log()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .filter(|l: &serde_json::Value| l.get("trace_id").is_some())
+            .collect();
+        match lines.len() {
+            n if n >= 2 => Ok(lines),
+            n => Err(format!("{n} lines with a trace_id:\n{}", relay.log())),
+        }
+    })
+    .await;
+    let line_of = |trace: &str| {
+        lines
+            .iter()
+            .find(|l| l["trace_id"] == trace)
+            .unwrap_or_else(|| panic!("no line of trace {trace}: {lines:?}"))
+            .clone()
+    };
+    let ok = line_of(PRODUCER_TRACE);
+    assert_eq!(ok["span_id"], sent.span_id.as_str(), "{ok}");
+    assert!(
+        ok["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("traced event sent")),
+        "{ok}"
+    );
+    let bad = line_of(bad_trace);
+    assert_eq!(bad["span_id"], refused.span_id.as_str(), "{bad}");
+    assert_eq!(bad["error.type"], "event_refused", "{bad}");
+    assert!(
+        relay
+            .log()
+            .lines()
+            .filter(|l| !l.contains("traced event"))
+            .all(|l| !l.contains("\"trace_id\"")),
+        "lines outside a traced span carry no trace id"
+    );
+}

@@ -80,6 +80,19 @@ pub fn set_status(span: &tracing::Span, error: Option<&str>) {
     });
 }
 
+/// Names the partition of a partitioned topic's stream the span's message is in
+/// (`messaging.destination.partition.id`, OpenTelemetry's messaging conventions).
+pub fn set_partition(span: &tracing::Span, partition: u32) {
+    span.set_attribute("messaging.destination.partition.id", partition.to_string());
+}
+
+/// Marks `span` failed: its error status with `message`, and `error.type`, the failure's
+/// class of low cardinality (OpenTelemetry's convention), by which failures can be grouped.
+pub fn set_error(span: &tracing::Span, error_type: &'static str, message: &str) {
+    span.set_attribute("error.type", error_type);
+    set_status(span, Some(message));
+}
+
 /// The `traceparent` of `span` for the next hop; `None` when no OpenTelemetry layer records
 /// it (its context is then invalid).
 pub fn traceparent_of(span: &tracing::Span) -> Option<String> {
