@@ -118,7 +118,7 @@ for overlay in $OVERLAYS; do
     if [ -n "$bin" ]; then
       set +e
       out=$(DATABASE_URL=postgres://k8s-check@127.0.0.1:1/none OUTBOX__ADMIN__TOKEN=k8s-check \
-            timeout 20 "$bin" migrate --config "$config" 2>&1)
+            timeout 20 "$bin" migrate --wait 0s --config "$config" 2>&1)
       rc=$?
       set -e
       case $rc in

@@ -147,7 +147,7 @@ impl Target {
             TlsMode::VerifyCa | TlsMode::VerifyFull => {
                 let roots = match &self.root_cert {
                     Some(path) => roots_from(path, "sslrootcert")?,
-                    None => system_roots()?,
+                    None => system_roots("sslrootcert")?,
                 };
                 let webpki =
                     WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
@@ -179,14 +179,16 @@ impl Target {
     }
 }
 
-fn system_roots() -> Result<RootCertStore, TlsSettingError> {
+/// The system's CA certificates, for when `setting` (the file that would name others) is not
+/// set; none found is an error naming it.
+pub(crate) fn system_roots(setting: &str) -> Result<RootCertStore, TlsSettingError> {
     let mut roots = RootCertStore::empty();
     let found = rustls_native_certs::load_native_certs();
     roots.add_parsable_certificates(found.certs);
     if roots.is_empty() {
-        return Err(TlsSettingError(
-            "sslrootcert is not set and the system has no CA certificates".into(),
-        ));
+        return Err(TlsSettingError(format!(
+            "{setting} is not set and the system has no CA certificates"
+        )));
     }
     Ok(roots)
 }

@@ -373,3 +373,101 @@ async fn spans_name_their_partition_and_failure_class_and_json_lines_their_trace
         "lines outside a traced span carry no trace id"
     );
 }
+
+/// A relay exporting to `receiver` with `extra` OpenTelemetry settings, and one traced event
+/// of trace `trace` published; returns the relay once the event is in its stream.
+async fn traced_relay(
+    name: &str,
+    receiver: &OtlpReceiver,
+    extra: &[(&str, &str)],
+    trace: &str,
+) -> (RelayProc, TestDb) {
+    let db = TestDb::new().await;
+    let redis = TestRedis::shared();
+    let mut env = receiver.relay_env(&db, &redis);
+    env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    let relay = RelayProc::spawn(name, &env);
+    db.exec(&format!(
+        "INSERT INTO outbox (topic, payload, headers) VALUES
+         ('t0', '{{}}', '{{\"traceparent\": \"00-{trace}-{PRODUCER_SPAN}-01\"}}')"
+    ))
+    .await;
+    db.wait_until_published(Duration::from_secs(30)).await;
+    (relay, db)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn traces_reach_a_tls_collector_over_https_or_grpc_trusting_the_named_ca_only() {
+    let ca = TestCa::new("otlp-ca");
+    let cert = ca.server("otlp", "localhost");
+    let ca_file = ca.cert.display().to_string();
+    let trusted = [("OTEL_EXPORTER_OTLP_CERTIFICATE", ca_file.as_str())];
+
+    // OTLP/HTTP over TLS.
+    let https = OtlpReceiver::start_with(Wire::Http, Some(&cert)).await;
+    let (_relay, _db) = traced_relay("otlp-https", &https, &trusted, PRODUCER_TRACE).await;
+    let span = https.span(|s| s.trace_id == PRODUCER_TRACE).await;
+    assert_eq!(span.kind, PRODUCER_KIND);
+    assert!(https
+        .requests()
+        .iter()
+        .all(|r| r == "POST /v1/traces application/x-protobuf"));
+
+    // OTLP/gRPC over TLS, and over plain HTTP/2.
+    let grpc = [("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")];
+    for tls in [true, false] {
+        let receiver = OtlpReceiver::start_with(Wire::Grpc, tls.then_some(&cert)).await;
+        let mut extra = grpc.to_vec();
+        if tls {
+            extra.extend(trusted);
+        }
+        let trace = if tls {
+            MARKER_TRACE
+        } else {
+            "1af7651916cd43dd8448eb211c80319c"
+        };
+        let (_relay, _db) = traced_relay("otlp-grpc", &receiver, &extra, trace).await;
+        let span = receiver.span(|s| s.trace_id == trace).await;
+        assert_eq!(span.kind, PRODUCER_KIND, "tls {tls}");
+        assert!(
+            receiver.requests().iter().all(|r| r
+                == "POST /opentelemetry.proto.collector.trace.v1.TraceService/Export application/grpc"),
+            "{:?}",
+            receiver.requests()
+        );
+    }
+
+    // Without the certificate, the system's CAs do not know the test's: the collector is
+    // refused at the handshake, no span is sent, and the relay publishes all the same.
+    let stranger = OtlpReceiver::start_with(Wire::Http, Some(&cert)).await;
+    let other_trace = "2af7651916cd43dd8448eb211c80319c";
+    let (_relay, db) = traced_relay("otlp-untrusted", &stranger, &[], other_trace).await;
+    eventually(Duration::from_secs(20), "a refused handshake", || async {
+        match stranger.refused().len() {
+            0 => Err("none yet".to_string()),
+            _ => Ok(()),
+        }
+    })
+    .await;
+    assert!(stranger.spans().is_empty(), "{:?}", stranger.spans());
+    assert!(stranger.requests().is_empty());
+    assert_eq!(db.pending().await, 0);
+}
+
+#[test]
+fn an_unknown_otlp_protocol_is_refused_naming_the_variable() {
+    let out = std::process::Command::new(BIN)
+        .arg("run")
+        .env_clear()
+        .env("DATABASE_URL", "postgres://postgres@127.0.0.1:1/none")
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318")
+        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")
+        .output()
+        .expect("run the relay");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("OTEL_EXPORTER_OTLP_PROTOCOL") && stderr.contains("http/json"),
+        "{stderr}"
+    );
+}

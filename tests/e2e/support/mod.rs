@@ -38,7 +38,7 @@ pub use self::events::{
     Events, Rounds,
 };
 pub use self::http::{form, Http, Resp};
-pub use self::otlp::{OtlpReceiver, ReceivedSpan, CONSUMER_KIND, PRODUCER_KIND};
+pub use self::otlp::{OtlpReceiver, ReceivedSpan, Wire, CONSUMER_KIND, PRODUCER_KIND};
 pub use self::pgbouncer::PgBouncer;
 pub use self::process::Logged;
 pub use self::proxy::Proxy;
