@@ -100,6 +100,7 @@ pub async fn run_until(
     }
     let publisher = open_publisher(&settings, traced)?;
     let health = Arc::new(Health::default());
+    crate::telemetry::set_max_metric_topics(settings.admin.max_metric_topics);
     let metrics = crate::telemetry::install_metrics();
     if let Some(handle) = &metrics {
         crate::telemetry::spawn_upkeep(handle.clone());

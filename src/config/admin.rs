@@ -27,6 +27,10 @@ pub struct AdminSettings {
     /// The payload and header bytes one page of events may hold (API and UI lists): a page
     /// stops short of its `limit` there, its `next` cursor going on.
     pub max_response_bytes: u64,
+    /// Topics that get a `topic` label of their own on `/metrics`; the events of any topic
+    /// beyond them are counted under `topic="_other"`, so that producers writing many topic
+    /// names cannot grow the scrape without bound.
+    pub max_metric_topics: usize,
 }
 
 impl Default for AdminSettings {
@@ -37,6 +41,7 @@ impl Default for AdminSettings {
             read_only_token: None,
             failed_logins_per_minute: 10,
             max_response_bytes: 4 * 1024 * 1024,
+            max_metric_topics: 500,
         }
     }
 }
@@ -65,6 +70,13 @@ impl Settings {
 
 /// The checks of `[admin]`.
 pub(super) const RULES: &[Rule] = &[
+    Rule {
+        settings: &["admin.max_metric_topics"],
+        check: |s| match s.admin.max_metric_topics {
+            0 => Err("must be at least 1".to_string()),
+            _ => Ok(()),
+        },
+    },
     Rule {
         settings: &["admin.max_response_bytes"],
         check: |s| match s.admin.max_response_bytes {

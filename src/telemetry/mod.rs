@@ -194,6 +194,53 @@ pub fn install_metrics() -> Option<PrometheusHandle> {
     Some(handle)
 }
 
+/// The `topic` label of the topics beyond `admin.max_metric_topics`.
+pub const OTHER_TOPICS: &str = "_other";
+
+/// The topics with a label of their own, and how many may have one.
+struct TopicLabels {
+    max: usize,
+    named: std::collections::HashSet<String>,
+}
+
+fn topic_labels() -> &'static std::sync::Mutex<TopicLabels> {
+    static LABELS: std::sync::OnceLock<std::sync::Mutex<TopicLabels>> = std::sync::OnceLock::new();
+    LABELS.get_or_init(|| {
+        std::sync::Mutex::new(TopicLabels {
+            max: 500,
+            named: std::collections::HashSet::new(),
+        })
+    })
+}
+
+/// Sets `admin.max_metric_topics`.
+pub fn set_max_metric_topics(max: usize) {
+    topic_labels().lock().unwrap_or_else(|e| e.into_inner()).max = max;
+}
+
+/// The `topic` label of `topic`: its name while fewer than `admin.max_metric_topics` topics
+/// have one (the first ones this process meets keep theirs), else [`OTHER_TOPICS`]. Known
+/// topics are met at start, so declared topics keep their names.
+fn topic_label(topic: &str) -> String {
+    topic_labels()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .label(topic)
+}
+
+impl TopicLabels {
+    fn label(&mut self, topic: &str) -> String {
+        if self.named.contains(topic) {
+            return topic.to_string();
+        }
+        if self.named.len() < self.max {
+            self.named.insert(topic.to_string());
+            return topic.to_string();
+        }
+        OTHER_TOPICS.to_string()
+    }
+}
+
 /// The HELP lines of the metrics not described beside their first set above.
 fn describe_the_rest() {
     metrics::describe_counter!("outbox_events_dead_lettered_total", "Events dead-lettered");
@@ -285,12 +332,12 @@ pub fn scrape(handle: &PrometheusHandle) -> String {
 
 /// A known topic: its counters exist (at 0) before its first publish, on this replica.
 pub fn topic_known(topic: &str) {
-    counter!("outbox_events_published_total", "topic" => topic.to_string()).increment(0);
-    counter!("outbox_topic_outages_total", "topic" => topic.to_string()).increment(0);
+    counter!("outbox_events_published_total", "topic" => topic_label(topic)).increment(0);
+    counter!("outbox_topic_outages_total", "topic" => topic_label(topic)).increment(0);
     // Made to exist, not set: the backlog sampler calls this every few seconds, and a topic
     // that is down must stay down until a publish succeeds.
-    gauge!("outbox_topic_down", "topic" => topic.to_string()).increment(0.0);
-    counter!("outbox_redis_lost_entries_total", "topic" => topic.to_string()).increment(0);
+    gauge!("outbox_topic_down", "topic" => topic_label(topic)).increment(0.0);
+    counter!("outbox_redis_lost_entries_total", "topic" => topic_label(topic)).increment(0);
 }
 
 /// What a repaired stream had lost, as [`redis_lost`] reports it.
@@ -315,7 +362,7 @@ pub struct RedisLoss<'a> {
 /// A stream was found to hold less than the relay appended to it, and was repaired as far as
 /// retention allows: one line with the topic and the stream ids.
 pub fn redis_lost(loss: &RedisLoss<'_>) {
-    counter!("outbox_redis_lost_entries_total", "topic" => loss.topic.to_string())
+    counter!("outbox_redis_lost_entries_total", "topic" => topic_label(loss.topic))
         .increment(loss.lost as u64);
     tracing::error!(
         topic = %loss.topic,
@@ -331,20 +378,20 @@ pub fn redis_lost(loss: &RedisLoss<'_>) {
 
 /// A declared consumer group: its gauges exist from the first scrape.
 pub fn group_known(topic: &str, group: &str) {
-    let labels = [("topic", topic.to_string()), ("group", group.to_string())];
+    let labels = [("topic", topic_label(topic)), ("group", group.to_string())];
     gauge!("outbox_group_lag", &labels).set(0.0);
     gauge!("outbox_group_pending", &labels).set(0.0);
     gauge!("outbox_group_oldest_pending_age_seconds", &labels).set(0.0);
     gauge!("outbox_group_oldest_pending_idle_seconds", &labels).set(0.0);
     gauge!("outbox_parked_keys", &labels).set(0.0);
     gauge!("outbox_parked_key_oldest_age_seconds", &labels).set(0.0);
-    counter!("outbox_stream_trimmed_total", "topic" => topic.to_string()).increment(0);
+    counter!("outbox_stream_trimmed_total", "topic" => topic_label(topic)).increment(0);
 }
 
 /// A declared group's parked keys (its consumers park keys): how many, and how long the
 /// oldest has been parked.
 pub fn parked_keys_sampled(topic: &str, group: &str, keys: usize, oldest: Option<Duration>) {
-    let labels = [("topic", topic.to_string()), ("group", group.to_string())];
+    let labels = [("topic", topic_label(topic)), ("group", group.to_string())];
     gauge!("outbox_parked_keys", &labels).set(keys as f64);
     gauge!("outbox_parked_key_oldest_age_seconds", &labels)
         .set(oldest.map_or(0.0, |d| d.as_secs_f64()));
@@ -371,7 +418,7 @@ fn lag_value(lag: Option<u64>) -> f64 {
 
 /// A declared consumer group as sampled from its stream (all its partitions).
 pub fn group_sampled(topic: &str, group: &str, sample: GroupSample) {
-    let labels = [("topic", topic.to_string()), ("group", group.to_string())];
+    let labels = [("topic", topic_label(topic)), ("group", group.to_string())];
     let secs = |d: Option<Duration>| d.map_or(0.0, |d| d.as_secs_f64());
     gauge!("outbox_group_lag", &labels).set(lag_value(sample.lag));
     gauge!("outbox_group_pending", &labels).set(sample.pending as f64);
@@ -389,7 +436,7 @@ pub fn partition_sampled(
     pending: u64,
 ) {
     let labels = [
-        ("topic", topic.to_string()),
+        ("topic", topic_label(topic)),
         ("partition", partition.to_string()),
         ("group", group.to_string()),
     ];
@@ -400,11 +447,11 @@ pub fn partition_sampled(
 /// A declared group's fleet on a partitioned topic (the consumer library dividing its
 /// partitions): how many members are live, and whether each partition has an owner.
 pub fn fleet_sampled(topic: &str, group: &str, members: u64, owned: &[bool]) {
-    let labels = [("topic", topic.to_string()), ("group", group.to_string())];
+    let labels = [("topic", topic_label(topic)), ("group", group.to_string())];
     gauge!("outbox_group_members", &labels).set(members as f64);
     for (partition, owned) in owned.iter().enumerate() {
         let labels = [
-            ("topic", topic.to_string()),
+            ("topic", topic_label(topic)),
             ("partition", partition.to_string()),
             ("group", group.to_string()),
         ];
@@ -414,7 +461,7 @@ pub fn fleet_sampled(topic: &str, group: &str, members: u64, owned: &[bool]) {
 
 /// `redis.trim_acked` removed entries every declared group had acknowledged.
 pub fn stream_trimmed(topic: &str, removed: u64, minid: &str) {
-    counter!("outbox_stream_trimmed_total", "topic" => topic.to_string()).increment(removed);
+    counter!("outbox_stream_trimmed_total", "topic" => topic_label(topic)).increment(removed);
     if removed > 0 {
         tracing::debug!(%topic, removed, %minid, "acknowledged entries trimmed");
     }
@@ -449,7 +496,7 @@ pub fn cycle_done(cycle: &CycleFigures<'_>) {
     }
     histogram!("outbox_publish_duration_seconds").record(cycle.elapsed.as_secs_f64());
     for (topic, n) in cycle.published {
-        counter!("outbox_events_published_total", "topic" => topic.clone()).increment(*n);
+        counter!("outbox_events_published_total", "topic" => topic_label(topic)).increment(*n);
     }
     // One registry lookup per cycle, not per event.
     let latency = histogram!("outbox_event_latency_seconds");
@@ -484,8 +531,8 @@ pub fn cycle_failed(error: &dyn Display, streak: u32, logged_elsewhere: bool) ->
 /// One topic's publish failed as a whole (its Redis node unreachable): its events wait, the
 /// other topics go on. Counted per topic; logged at the first failure and then sparsely.
 pub fn topic_outage(topic: &str, error: &dyn Display, streak: u32, retry_in: Duration) {
-    counter!("outbox_topic_outages_total", "topic" => topic.to_string()).increment(1);
-    gauge!("outbox_topic_down", "topic" => topic.to_string()).set(1.0);
+    counter!("outbox_topic_outages_total", "topic" => topic_label(topic)).increment(1);
+    gauge!("outbox_topic_down", "topic" => topic_label(topic)).set(1.0);
     if streak == 1 || streak.is_power_of_two() {
         tracing::warn!(
             %topic,
@@ -498,7 +545,7 @@ pub fn topic_outage(topic: &str, error: &dyn Display, streak: u32, retry_in: Dur
 
 /// A topic publishes again after an outage of its own.
 pub fn topic_outage_over(topic: &str, streak: u32) {
-    gauge!("outbox_topic_down", "topic" => topic.to_string()).set(0.0);
+    gauge!("outbox_topic_down", "topic" => topic_label(topic)).set(0.0);
     tracing::info!(%topic, failed_publishes = streak, "topic reachable again");
 }
 
@@ -596,7 +643,7 @@ pub fn standbys_sampled(streaming: usize, lags: &[(String, i64)]) {
 
 /// A fresh sample of a parking topic's held events.
 pub fn parked_events(topic: &str, held: i64) {
-    gauge!("outbox_parked_events", "topic" => topic.to_string()).set(held as f64);
+    gauge!("outbox_parked_events", "topic" => topic_label(topic)).set(held as f64);
 }
 
 /// A fresh backlog sample.
@@ -626,4 +673,22 @@ pub fn actor_lost(actor: ActorName) {
         actor = actor.as_str(),
         "actor died (a panic its supervisor cannot catch); exiting so the orchestrator restarts this replica"
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn topics_beyond_the_limit_share_one_label_and_the_first_keep_theirs() {
+        let mut labels = TopicLabels {
+            max: 2,
+            named: Default::default(),
+        };
+        assert_eq!(labels.label("a"), "a");
+        assert_eq!(labels.label("b"), "b");
+        assert_eq!(labels.label("c"), OTHER_TOPICS);
+        assert_eq!(labels.label("a"), "a");
+        assert_eq!(labels.label("d"), OTHER_TOPICS);
+    }
 }

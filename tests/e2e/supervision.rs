@@ -266,3 +266,35 @@ async fn every_metric_has_a_help_line_beside_the_build_and_process_metrics() {
     }
     assert!(http.metric("process_cpu_seconds_total").is_some());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn topics_beyond_max_metric_topics_are_counted_under_one_label() {
+    let db = TestDb::new().await;
+    let redis = TestRedis::shared();
+    let mut env = base_env(&db, &redis);
+    env.push(("OUTBOX__ADMIN__MAX_METRIC_TOPICS".into(), "2".into()));
+    // Two topics known before the start keep their names.
+    db.exec("INSERT INTO outbox_topics (topic, paused) VALUES ('a', false), ('b', false)")
+        .await;
+    let relay = RelayProc::spawn("metric-topics", &env);
+    relay.wait_ready(Duration::from_secs(20)).await;
+    db.exec(
+        "INSERT INTO outbox (topic, payload)
+         SELECT t, '{}' FROM unnest(ARRAY['a', 'b', 'c', 'd', 'e']) AS t, generate_series(1, 3)",
+    )
+    .await;
+    db.wait_until_published(Duration::from_secs(20)).await;
+    let http = relay.http();
+    let published = |topic: &str| format!("outbox_events_published_total{{topic=\"{topic}\"}}");
+    http.wait_metric(&published("_other"), |n| n == 9.0, Duration::from_secs(10))
+        .await;
+    assert_eq!(http.metric(&published("a")), Some(3.0));
+    assert_eq!(http.metric(&published("b")), Some(3.0));
+    let scrape = http.metrics();
+    for topic in ["c", "d", "e"] {
+        assert!(
+            !scrape.contains(&format!("topic=\"{topic}\"")),
+            "{topic} has no label of its own:\n{scrape}"
+        );
+    }
+}
