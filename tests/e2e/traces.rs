@@ -471,3 +471,39 @@ fn an_unknown_otlp_protocol_is_refused_naming_the_variable() {
         "{stderr}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_handling_span_has_its_error_type_and_its_partition() {
+    let receiver = OtlpReceiver::start().await;
+    let db = TestDb::new().await;
+    let redis = TestRedis::shared();
+    let mut env = receiver.relay_env(&db, &redis);
+    env.push(("OUTBOX__TOPICS".into(), "t0:2".into()));
+    let _relay = RelayProc::spawn("traces-poison", &env);
+    db.exec(&format!(
+        "INSERT INTO outbox (topic, payload, partition_key, headers) VALUES
+         ('t0', '{{\"poison\": true}}', 'k3', '{{\"traceparent\": \"00-{PRODUCER_TRACE}-{PRODUCER_SPAN}-01\"}}')"
+    ))
+    .await;
+    db.wait_until_published(Duration::from_secs(30)).await;
+    let otel = receiver.env();
+    let otel_env: Vec<(&str, &str)> = otel.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let _consumer = ExampleConsumer::spawn_with_env(
+        &db,
+        &redis,
+        "t0",
+        "traced",
+        "c0",
+        &["--max-deliveries", "1"],
+        &otel_env,
+    );
+    let failed = receiver
+        .span(|s| s.kind == CONSUMER_KIND && s.trace_id == PRODUCER_TRACE)
+        .await;
+    assert_eq!(failed.status, 2, "the handler failed: error status");
+    assert_eq!(failed.attributes["error.type"], "handler_failed");
+    assert_eq!(
+        failed.attributes["messaging.destination.partition.id"],
+        outbox_core::partition::for_key("k3", 2).to_string()
+    );
+}
