@@ -263,22 +263,14 @@ async fn one_round(
     other_drains(options, env, runs).await;
     if let Some(servers) = &rigs.tls {
         // Both sides in every round, in alternating order, like the ceiling's pair.
-        let sides = if round.is_multiple_of(2) {
-            [false, true]
-        } else {
-            [true, false]
-        };
+        let sides = alternated(round);
         for on in sides {
             let r = Rigs::tls_drain(servers, env, on, n).await;
             runs.add(if on { TLS_ON } else { TLS_OFF }, r);
         }
     }
     if let Some(servers) = &rigs.replicated {
-        let sides = if round.is_multiple_of(2) {
-            [false, true]
-        } else {
-            [true, false]
-        };
+        let sides = alternated(round);
         for wait in sides {
             let r = match servers {
                 Ok(servers) => {
@@ -294,11 +286,7 @@ async fn one_round(
         }
     }
     if let Some(servers) = &rigs.standbys {
-        let sides = if round.is_multiple_of(2) {
-            [false, true]
-        } else {
-            [true, false]
-        };
+        let sides = alternated(round);
         for wait in sides {
             let r = match servers {
                 Ok(servers) => {
@@ -312,6 +300,16 @@ async fn one_round(
     if options.wants("baseline") {
         let r = reference::seed_algorithm(env, n.min(20_000)).await;
         runs.add("baseline: seed algorithm, indexed", r);
+    }
+}
+
+/// A pair's two sides (off, on) in the order round `round` runs them: alternated, so neither
+/// always runs on a machine left warm (or busy) by the other.
+fn alternated(round: u32) -> [bool; 2] {
+    if round.is_multiple_of(2) {
+        [false, true]
+    } else {
+        [true, false]
     }
 }
 
