@@ -12,6 +12,42 @@ use std::time::Duration;
 
 use crate::support::*;
 
+/// Events `from..from + n` of topic `t0`, keyed over three keys.
+fn insert(from: i64, n: i64) -> String {
+    format!(
+        "INSERT INTO outbox (topic, payload, partition_key)
+         SELECT 't0', jsonb_build_object('n', i), 'k' || (i % 3)
+         FROM generate_series({from}, {}) AS i",
+        from + n - 1
+    )
+}
+
+/// A relay's settings for `db` with `DATABASE_URL` naming both servers, the first one
+/// first, asking for `attrs` (`primary` or `read-write`).
+fn both_hosts_env(
+    db: &TestDb,
+    redis: &TestRedis,
+    first: &OwnPostgres,
+    second: &OwnPostgres,
+    attrs: &str,
+) -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = base_env(db, redis)
+        .into_iter()
+        .filter(|(k, _)| k != "DATABASE_URL")
+        .collect();
+    env.push(("DATABASE_URL".into(), both_hosts(first, second, attrs)));
+    env
+}
+
+/// The URL of `first`'s and `second`'s `postgres` database, in that order.
+fn both_hosts(first: &OwnPostgres, second: &OwnPostgres, attrs: &str) -> String {
+    format!(
+        "postgres://postgres@127.0.0.1:{},127.0.0.1:{}/postgres?target_session_attrs={attrs}",
+        first.port(),
+        second.port()
+    )
+}
+
 /// `db`'s URL with a host nobody listens on first, and `target_session_attrs=primary`.
 fn behind_a_dead_host(db: &TestDb) -> String {
     let (host, port) = pg_addr();
@@ -71,26 +107,10 @@ async fn the_relay_follows_a_promoted_standby_by_itself() {
     let standby = OwnPostgres::standby_of(&primary);
     let second = TestDb::at(&standby.url());
     let redis = TestRedis::shared();
-    let url = format!(
-        "postgres://postgres@127.0.0.1:{},127.0.0.1:{}/postgres?target_session_attrs=primary",
-        primary.port(),
-        standby.port()
-    );
-    let mut env: Vec<(String, String)> = base_env(&first, &redis)
-        .into_iter()
-        .filter(|(k, _)| k != "DATABASE_URL")
-        .collect();
-    env.push(("DATABASE_URL".into(), url));
+    let env = both_hosts_env(&first, &redis, &primary, &standby, "primary");
     let relay = RelayProc::spawn("follow", &env);
     relay.wait_ready(Duration::from_secs(30)).await;
-    let insert = |from: i64| {
-        format!(
-            "INSERT INTO outbox (topic, payload, partition_key)
-             SELECT 't0', jsonb_build_object('n', i), 'k' || (i % 3)
-             FROM generate_series({from}, {}) AS i",
-            from + 19
-        )
-    };
+    let insert = |from: i64| insert(from, 20);
     first.exec(&insert(1)).await;
     first.wait_until_published(Duration::from_secs(30)).await;
     // The standby has replayed the marks before the primary dies.
@@ -123,11 +143,7 @@ async fn the_relay_follows_a_promoted_standby_by_itself() {
 async fn migrate_through_a_url_whose_first_host_is_a_standby_migrates_the_primary() {
     let primary = OwnPostgres::start();
     let standby = OwnPostgres::standby_of(&primary);
-    let url = format!(
-        "postgres://postgres@127.0.0.1:{},127.0.0.1:{}/postgres?target_session_attrs=read-write",
-        standby.port(),
-        primary.port()
-    );
+    let url = both_hosts(&standby, &primary, "read-write");
     let out = Command::new(BIN)
         .arg("migrate")
         .env_clear()
@@ -171,14 +187,7 @@ async fn wait_standbys_holds_back_what_the_standby_has_not_flushed_without_an_at
     ));
     let relay = RelayProc::spawn("wait-standbys", &env);
     relay.wait_ready(Duration::from_secs(30)).await;
-    let insert = |from: i64| {
-        format!(
-            "INSERT INTO outbox (topic, payload, partition_key)
-             SELECT 't0', jsonb_build_object('n', i), 'k' || (i % 3)
-             FROM generate_series({from}, {}) AS i",
-            from + 9
-        )
-    };
+    let insert = |from: i64| insert(from, 10);
     db.exec(&insert(1)).await;
     db.wait_until_published(Duration::from_secs(30)).await;
     assert_eq!(
@@ -299,16 +308,7 @@ async fn failover_with_a_lagging_standby(
     let standby = OwnPostgres::standby_through(&primary, link.port);
     let second = TestDb::at(&standby.url());
     let redis = TestRedis::shared();
-    let url = format!(
-        "postgres://postgres@127.0.0.1:{},127.0.0.1:{}/postgres?target_session_attrs=primary",
-        primary.port(),
-        standby.port()
-    );
-    let mut env: Vec<(String, String)> = base_env(&first, &redis)
-        .into_iter()
-        .filter(|(k, _)| k != "DATABASE_URL")
-        .collect();
-    env.push(("DATABASE_URL".into(), url));
+    let mut env = both_hosts_env(&first, &redis, &primary, &standby, "primary");
     if wait_standbys {
         env.push(("OUTBOX__DATABASE__WAIT_STANDBYS".into(), "1".into()));
         env.push((
@@ -318,14 +318,7 @@ async fn failover_with_a_lagging_standby(
     }
     let relay = RelayProc::spawn("phantoms", &env);
     relay.wait_ready(Duration::from_secs(30)).await;
-    let insert = |from: i64| {
-        format!(
-            "INSERT INTO outbox (topic, payload, partition_key)
-             SELECT 't0', jsonb_build_object('n', i), 'k' || (i % 3)
-             FROM generate_series({from}, {}) AS i",
-            from + 9
-        )
-    };
+    let insert = |from: i64| insert(from, 10);
     first.exec(&insert(1)).await;
     first.wait_until_published(Duration::from_secs(30)).await;
     second
