@@ -133,7 +133,8 @@ pub struct Standby {
     #[diesel(sql_type = Text)]
     pub sync_state: String,
     /// WAL bytes the primary wrote that the standby has not flushed; `None` when the relay's
-    /// role cannot read the standbys' progress (it needs `pg_monitor`).
+    /// role cannot read the standbys' progress (it needs `pg_monitor`), or when the server is
+    /// itself a standby (cascading replication: it has no WAL position of its own to compare).
     #[diesel(sql_type = diesel::sql_types::Nullable<BigInt>)]
     pub lag_bytes: Option<i64>,
     /// How long ago the standby last replayed what it had flushed, as Postgres measures it.
@@ -150,7 +151,9 @@ pub async fn replication(conn: &mut AsyncPgConnection) -> Result<Vec<Standby>, D
                 coalesce(host(client_addr) || ':' || client_port, 'local socket') AS address,
                 coalesce(state, '') AS state,
                 coalesce(sync_state, '') AS sync_state,
-                pg_wal_lsn_diff(pg_current_wal_lsn(), flush_lsn)::bigint AS lag_bytes,
+                CASE WHEN NOT pg_is_in_recovery()
+                     THEN pg_wal_lsn_diff(pg_current_wal_lsn(), flush_lsn)::bigint
+                END AS lag_bytes,
                 extract(epoch FROM replay_lag)::float8 AS replay_lag_seconds
            FROM pg_stat_replication
           WHERE {PHYSICAL}

@@ -43,16 +43,11 @@ impl Job for BacklogSampler {
                     let backlog = outbox::backlog(c).await?;
                     let parked = outbox::parked::held_per_topic(c).await?;
                     register_topics(c).await?;
-                    let standbys = crate::db::standbys::replication(c).await?;
+                    // Last, and apart: the backlog is sampled even if this cannot be read.
+                    let standbys = crate::db::standbys::replication(c).await;
                     Ok::<_, DbError>((backlog, parked, standbys))
                 })
                 .await?;
-            let streaming = standbys.len();
-            let lags: Vec<(String, i64)> = standbys
-                .into_iter()
-                .filter_map(|s| Some((s.name, s.lag_bytes?)))
-                .collect();
-            crate::telemetry::standbys_sampled(streaming, &lags);
             for (topic, held) in parked {
                 crate::telemetry::parked_events(&topic, held);
             }
@@ -62,6 +57,13 @@ impl Job for BacklogSampler {
                 backlog.oldest_pending_age_seconds,
             );
             health.set_pending(backlog.pending);
+            let standbys = standbys?;
+            let streaming = standbys.len();
+            let lags: Vec<(String, i64)> = standbys
+                .into_iter()
+                .filter_map(|s| Some((s.name, s.lag_bytes?)))
+                .collect();
+            crate::telemetry::standbys_sampled(streaming, &lags);
             Ok(())
         }
         .boxed()

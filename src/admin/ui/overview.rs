@@ -178,8 +178,14 @@ pub async fn page(
             .unit(async |c| {
                 let topics = counts::topic_counts(&state.published, c, None).await?;
                 let losses = audit::recent(c, republish::LOSS_ACTION, LOSSES_SHOWN_HOURS).await?;
-                let postgres = (standbys::server(c).await?, standbys::replication(c).await?);
-                Ok::<_, DbError>((topics, stats::flight(c).await?, losses, postgres))
+                let flight = stats::flight(c).await?;
+                // Best effort, and last (a failed statement may end the unit's transaction):
+                // the page shows the backlog even if this cannot be read.
+                let postgres = match standbys::server(c).await {
+                    Ok(server) => Ok((server, standbys::replication(c).await)),
+                    Err(e) => Err(e),
+                };
+                Ok::<_, DbError>((topics, flight, losses, postgres))
             })
             .await?
     };
@@ -202,7 +208,13 @@ pub async fn page(
                 (chart("Published per second", &minutes.published, "bar-pub"))
                 (chart("Failures per second", &minutes.failed, "bar-fail"))
             }
-            (postgres_panel(&postgres.0, &postgres.1))
+            @match &postgres {
+                Ok((server, Ok(standbys))) => (postgres_panel(server, standbys)),
+                Ok((_, Err(e))) | Err(e) => {
+                    h2 { "Postgres" }
+                    p #postgres-primary { "The primary and its standbys cannot be read: " (e.to_string()) }
+                }
+            }
             h2 { "Topics" }
             div.scroll {
                 table #topics {
