@@ -155,6 +155,8 @@ fn install_telemetry() -> Result<Option<SdkTracerProvider>, opentelemetry_otlp::
         registry.init();
         return Ok(None);
     }
+    // reqwest's rustls asks for a process-wide crypto provider (already set is fine).
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let exporter = SpanExporter::builder()
         .with_http()
         .with_protocol(Protocol::HttpBinary)
