@@ -353,16 +353,34 @@ async fn failover_with_a_lagging_standby(
     let _next = OwnPostgres::standby_of(&standby);
     second.exec(&insert(21)).await;
     second.wait_until_published(Duration::from_secs(60)).await;
-    let stream: Vec<String> = redis
-        .entries("t0")
-        .await
-        .into_iter()
-        .map(|e| e["id"].clone())
-        .collect();
+    let entries = redis.entries("t0").await;
+    let stream: Vec<String> = entries.iter().map(|e| e["id"].clone()).collect();
     let text = second
-        .text("SELECT coalesce(json_agg(id::text), '[]')::text FROM outbox")
+        .text("SELECT coalesce(json_agg(id::text ORDER BY seq), '[]')::text FROM outbox")
         .await;
     let rows: Vec<String> = serde_json::from_str(&text).expect("ids");
+    if wait_standbys {
+        assert_eq!(
+            second
+                .scalar("SELECT count(*) FROM outbox WHERE attempts > 0")
+                .await,
+            0,
+            "no attempt spent through the failover"
+        );
+        // Each key's entries in the order of its rows on the new primary.
+        let position: std::collections::HashMap<&String, usize> =
+            rows.iter().enumerate().map(|(i, id)| (id, i)).collect();
+        let mut last: std::collections::HashMap<String, usize> = Default::default();
+        for e in &entries {
+            let Some(&at) = position.get(&e["id"]) else {
+                continue;
+            };
+            let key = e.get("key").cloned().unwrap_or_default();
+            if let Some(before) = last.insert(key.clone(), at) {
+                assert!(before < at, "key {key} out of order: {entries:?}");
+            }
+        }
+    }
     (stream, rows.into_iter().collect())
 }
 
