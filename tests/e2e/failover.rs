@@ -99,6 +99,40 @@ async fn a_url_whose_first_host_is_down_migrates_and_relays_through_the_next() {
     .await;
     let inserted = inserted.load(std::sync::atomic::Ordering::SeqCst);
     assert_eq!(redis.xlen("t0").await, inserted);
+
+    // The other commands take the host list the same way.
+    let command = |args: &[&str]| {
+        Command::new(BIN)
+            .args(args)
+            .env_clear()
+            .env("PATH", std::env::var("PATH").expect("PATH"))
+            .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .output()
+            .expect("the command runs")
+    };
+    let replay = command(&["replay", "t0", "--since", "1h"]);
+    assert_eq!(
+        replay.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&replay.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&replay.stdout).trim(),
+        format!("{{\"replayed\":{inserted}}}")
+    );
+    let repartition = command(&["repartition", "t0", "2"]);
+    assert_eq!(
+        repartition.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&repartition.stderr)
+    );
+    assert_eq!(
+        db.scalar("SELECT partitions FROM outbox_topics WHERE topic = 't0'")
+            .await,
+        2
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
