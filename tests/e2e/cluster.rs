@@ -305,3 +305,45 @@ async fn cluster_consumers_apply_every_event_once_and_dead_letter_across_masters
         "tail prints the stream's first entries in order"
     );
 }
+
+/// Consumers that park keys (`park_keys`) on a Redis Cluster, the group's parking state on
+/// another master than the stream: a poison entry parks its key, its later entries are held
+/// while the other keys take effect, and a discard through the admin API lets them take effect
+/// in order, each once.
+#[tokio::test(flavor = "multi_thread")]
+async fn cluster_consumers_park_a_key_and_release_it_across_masters() {
+    let cluster = OwnCluster::start(3);
+    let db = TestDb::new().await;
+    let group = EFFECTS_GROUP;
+    let redis = (0..100)
+        .map(|_| cluster.test_redis())
+        .find(|r| {
+            let parked = outbox_core::parked::parked_key(&r.prefix, "t0", group);
+            cluster.owner_of(&r.stream("t0")) != cluster.owner_of(&parked)
+        })
+        .expect("a prefix whose stream and parking state are on two masters");
+    let mut env = base_env(&db, &redis);
+    env.push(("OUTBOX__GROUPS".into(), format!("t0:{group}")));
+    let relay = RelayProc::spawn("cluster-parking", &env);
+    relay.wait_ready(Duration::from_secs(30)).await;
+    insert_with_poison_in_k2(&db, 4).await;
+    let _consumer = ExampleConsumer::spawn(&db, &redis, "t0", group, "c0", PARK_ARGS);
+    let admin = relay.http();
+    wait_group_parked(&admin, group, "k2", 6).await;
+    for k in ["k0", "k1", "k3"] {
+        wait_applied(&db, k, 10).await;
+    }
+    assert_eq!(applied_in_order(&db, "k2").await, [1, 2, 3]);
+    let res = admin.post(
+        &format!("/api/v1/topics/t0/groups/{group}/parked/k2/discard"),
+        None,
+    );
+    assert_eq!(res.status, 200, "{}", res.body);
+    assert_eq!(res.json["released"], 6);
+    wait_applied(&db, "k2", 9).await;
+    assert_eq!(
+        applied_in_order(&db, "k2").await,
+        [1, 2, 3, 5, 6, 7, 8, 9, 10],
+        "the held entries in order, each once; the poison one never"
+    );
+}
