@@ -22,6 +22,20 @@ fn insert(from: i64, n: i64) -> String {
     )
 }
 
+/// Inserts events 1 to `n` on the primary `first`, waits until they are published and
+/// until the standby `second` has replayed their marks.
+async fn published_and_replayed(first: &TestDb, second: &TestDb, n: i64) {
+    first.exec(&insert(1, n)).await;
+    first.wait_until_published(Duration::from_secs(30)).await;
+    second
+        .wait_for(
+            "SELECT count(*) FROM outbox WHERE published_at IS NOT NULL",
+            n,
+            Duration::from_secs(30),
+        )
+        .await;
+}
+
 /// A relay's settings for `db` with `DATABASE_URL` naming both servers, the first one
 /// first, asking for `attrs` (`primary` or `read-write`).
 fn both_hosts_env(
@@ -145,16 +159,8 @@ async fn the_relay_follows_a_promoted_standby_by_itself() {
     let relay = RelayProc::spawn("follow", &env);
     relay.wait_ready(Duration::from_secs(30)).await;
     let insert = |from: i64| insert(from, 20);
-    first.exec(&insert(1)).await;
-    first.wait_until_published(Duration::from_secs(30)).await;
     // The standby has replayed the marks before the primary dies.
-    second
-        .wait_for(
-            "SELECT count(*) FROM outbox WHERE published_at IS NOT NULL",
-            20,
-            Duration::from_secs(30),
-        )
-        .await;
+    published_and_replayed(&first, &second, 20).await;
     primary.stop();
     standby.promote();
     second.exec(&insert(21)).await;
@@ -353,15 +359,7 @@ async fn failover_with_a_lagging_standby(
     let relay = RelayProc::spawn("phantoms", &env);
     relay.wait_ready(Duration::from_secs(30)).await;
     let insert = |from: i64| insert(from, 10);
-    first.exec(&insert(1)).await;
-    first.wait_until_published(Duration::from_secs(30)).await;
-    second
-        .wait_for(
-            "SELECT count(*) FROM outbox WHERE published_at IS NOT NULL",
-            10,
-            Duration::from_secs(30),
-        )
-        .await;
+    published_and_replayed(&first, &second, 10).await;
     link.hold();
     first
         .wait_for(
