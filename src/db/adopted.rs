@@ -291,46 +291,49 @@ fn capture_function(
         }
         None => "now()".into(),
     };
-    let name = literal(&table.name);
-    let payload_col = literal(&table.payload);
-    let id_col = literal(&table.id);
-    let topic_col = literal(&table.topic);
+    let refused = |column: &str, reason: &str| {
+        literal(&format!(
+            "outbox-relay: adopted table {}: column {column} {reason}",
+            table.name
+        ))
+    };
     let source = literal(&resolved.qualified);
+    // One statement over the new rows: each bad value calls `outbox_refuse_adopted_row`, which raises
+    // with the column's name, so the good rows cost no second pass. The payload comes first so
+    // that a row both without payload and without id is refused for its payload.
     Ok(format!(
         r#"CREATE OR REPLACE FUNCTION {function}() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $outbox_adopt$
-DECLARE
-    no_payload boolean;
-    no_id boolean;
-    bad text;
 BEGIN
-    -- One pass over the new rows finds the first bad one, if any.
-    SELECT s.no_payload, s.no_id, s.t INTO no_payload, no_id, bad
-    FROM (SELECT {payload_raw} IS NULL AS no_payload, {id_raw} IS NULL AS no_id, {topic} AS t
-          FROM {NEW_ROWS} AS r) AS s
-    WHERE s.no_payload OR s.no_id OR s.t IS NULL OR char_length(s.t) NOT BETWEEN 1 AND 255
-       OR s.t ~ '[[:space:][:cntrl:]]'
-    LIMIT 1;
-    IF FOUND THEN
-        IF no_payload THEN
-            RAISE EXCEPTION 'outbox-relay: adopted table %: column % is null: an event needs a payload', {name}, {payload_col}
-                USING ERRCODE = 'not_null_violation', COLUMN = {payload_col};
-        ELSIF no_id THEN
-            RAISE EXCEPTION 'outbox-relay: adopted table %: column % is null: an event needs an id', {name}, {id_col}
-                USING ERRCODE = 'not_null_violation', COLUMN = {id_col};
-        END IF;
-        RAISE EXCEPTION 'outbox-relay: adopted table %: column % makes the topic %, which breaks the topic rule (1 to 255 characters, no whitespace or control characters)', {name}, {topic_col}, coalesce(quote_literal(bad), 'NULL')
-            USING ERRCODE = 'check_violation', COLUMN = {topic_col};
-    END IF;
-    INSERT INTO outbox (id, topic, payload, partition_key, headers, created_at, source_table)
-    SELECT {id}, {topic}, {payload}, {key}, {headers}, {created}, {source}
-    FROM {NEW_ROWS} AS r;
+    INSERT INTO outbox (payload, id, topic, partition_key, headers, created_at, source_table)
+    SELECT CASE WHEN {payload_raw} IS NULL
+                THEN outbox_refuse_adopted_row({no_payload}, '23502', {payload_col}, NULL::jsonb)
+                ELSE {payload} END,
+           CASE WHEN {id_raw} IS NULL
+                THEN outbox_refuse_adopted_row({no_id}, '23502', {id_col}, NULL::uuid)
+                ELSE {id} END,
+           CASE WHEN t.topic IS NULL OR char_length(t.topic) NOT BETWEEN 1 AND 255
+                     OR t.topic ~ '[[:space:][:cntrl:]]'
+                THEN outbox_refuse_adopted_row({bad_topic_before} || coalesce(quote_literal(t.topic), 'NULL')
+                                         || {bad_topic_after}, '23514', {topic_col}, t.topic)
+                ELSE t.topic END,
+           {key}, {headers}, {created}, {source}
+    FROM {NEW_ROWS} AS r CROSS JOIN LATERAL (SELECT {topic} AS topic) AS t;
     RETURN NULL;
 END
 $outbox_adopt$"#,
         function = ident(&resolved.function_name),
         payload_raw = col(&table.payload),
         id_raw = col(&table.id),
+        no_payload = refused(&table.payload, "is null: an event needs a payload"),
+        no_id = refused(&table.id, "is null: an event needs an id"),
+        bad_topic_before = refused(&table.topic, "makes the topic "),
+        bad_topic_after = literal(
+            ", which breaks the topic rule (1 to 255 characters, no whitespace or control characters)"
+        ),
+        payload_col = literal(&table.payload),
+        id_col = literal(&table.id),
+        topic_col = literal(&table.topic),
     ))
 }
 

@@ -38,16 +38,47 @@ async fn the_trigger_skips_notify_while_a_relay_is_busy_even_for_an_insert_only_
         sent.is_empty(),
         "no NOTIFY while busy_until is ahead: {sent:?}"
     );
+    producer
+        .batch_execute(
+            "DO $$ BEGIN
+               IF current_setting('outbox.quiet_until_' || left(md5(current_schema()), 12))::float8
+                  > date_part('epoch', clock_timestamp()) + 1 THEN
+                 RAISE EXCEPTION 'the session trusts the announcement for more than a second';
+               END IF;
+             END $$",
+        )
+        .await
+        .expect("the session remembers the announcement, for at most a second");
 
     db.exec("UPDATE outbox_wake SET busy_until = clock_timestamp() - interval '1 second'")
         .await;
-    producer.batch_execute(&insert).await.expect("insert");
+    // A session that has not read the announcement notifies at once.
+    let mut fresh = db.conn().await;
+    fresh.batch_execute(&insert).await.expect("insert");
     let got = tokio::time::timeout(Duration::from_secs(5), notifications.next()).await;
     assert!(
         matches!(got, Ok(Some(Ok(_)))),
         "NOTIFY is back once busy_until has passed"
     );
-    assert_eq!(db.scalar("SELECT count(*) FROM outbox").await, 2);
+    // The session that read it trusts it for at most a second (the relay only ever moves it
+    // later): here it was moved back, so that session notifies again within the second.
+    let started = std::time::Instant::now();
+    let mut inserted = 2;
+    let renewed = loop {
+        producer.batch_execute(&insert).await.expect("insert");
+        inserted += 1;
+        match tokio::time::timeout(Duration::from_millis(100), notifications.next()).await {
+            Ok(Some(Ok(_))) => break true,
+            Ok(other) => panic!("the listener ended: {other:?}"),
+            Err(_) if started.elapsed() > Duration::from_secs(5) => break false,
+            Err(_) => {}
+        }
+    };
+    assert!(
+        renewed,
+        "the busy session notifies again once its second is over"
+    );
+    assert_eq!(db.scalar("SELECT count(*) FROM outbox").await, inserted);
     drop(producer);
     db.exec(&format!("DROP OWNED BY {role}; DROP ROLE {role}"))
         .await;
