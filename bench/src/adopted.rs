@@ -83,14 +83,25 @@ pub async fn preload(scratch: &Scratch, n: u64, delete: bool) -> anyhow::Result<
 pub enum Producer {
     /// Into the table, not adopted: the cost without the relay.
     Plain,
-    /// Into the adopted table; `quiet`: with NOTIFY off (`outbox.notify = off`), as while a
-    /// relay drains above `relay.quiet_above`.
+    /// Into the adopted table, its `outbox` copy notifying as `notify` says.
     Adopted {
-        /// NOTIFY off.
-        quiet: bool,
+        /// Whether the commits notify.
+        notify: Notify,
     },
     /// Into `outbox` itself (NOTIFY on), the native producer's cost.
     Outbox,
+}
+
+/// What the `outbox` trigger does at each producer commit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Notify {
+    /// Notifies: no relay is busy.
+    EveryCommit,
+    /// Skips NOTIFY because a relay announced it is busy (`outbox_wake.busy_until` ahead), as
+    /// while a relay drains above `relay.quiet_above`.
+    RelayBusy,
+    /// Skips NOTIFY because the producer set `outbox.notify = off`.
+    Off,
 }
 
 /// Producers on `connections` connections inserting `per_connection` single-row
@@ -105,10 +116,26 @@ pub async fn producer_rate(
     let scratch = Scratch::new(env).await?;
     let result = async {
         create(&scratch, matches!(producer, Producer::Adopted { .. })).await?;
+        if let Producer::Adopted {
+            notify: Notify::RelayBusy,
+        } = producer
+        {
+            // What a draining relay writes (a second ahead, renewed), held for the whole run.
+            scratch
+                .conn()
+                .await?
+                .batch_execute(
+                    "UPDATE outbox_wake SET busy_until = clock_timestamp() + interval '1 hour'",
+                )
+                .await?;
+        }
         let mut conns = Vec::with_capacity(connections);
         for _ in 0..connections {
             let mut conn = scratch.conn().await?;
-            if producer == (Producer::Adopted { quiet: true }) {
+            if let Producer::Adopted {
+                notify: Notify::Off,
+            } = producer
+            {
                 conn.batch_execute("SET outbox.notify = off").await?;
             }
             conns.push(conn);

@@ -239,8 +239,13 @@ impl Report {
                 "producer inserts: table not adopted",
             ),
             (
-                "producer inserts: adopted, quieted / not adopted",
-                "producer inserts: adopted, NOTIFY quieted",
+                "producer inserts: adopted, relay busy / not adopted",
+                "producer inserts: adopted, relay busy",
+                "producer inserts: table not adopted",
+            ),
+            (
+                "producer inserts: adopted, NOTIFY off / not adopted",
+                "producer inserts: adopted, NOTIFY off",
                 "producer inserts: table not adopted",
             ),
             (

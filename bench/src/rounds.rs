@@ -32,8 +32,10 @@ pub const ADOPTED_DELETE: &str = "adopted table: drain, insert-then-delete";
 pub const PRODUCER_NATIVE: &str = "producer inserts: table not adopted";
 /// The same into the adopted table.
 pub const PRODUCER_ADOPTED: &str = "producer inserts: adopted table";
-/// The same with NOTIFY quieted, as while a relay drains.
-pub const PRODUCER_QUIET: &str = "producer inserts: adopted, NOTIFY quieted";
+/// The same while a relay announces it is busy (NOTIFY skipped), as while a relay drains.
+pub const PRODUCER_BUSY: &str = "producer inserts: adopted, relay busy";
+/// The same with the producer's `outbox.notify = off`.
+pub const PRODUCER_QUIET: &str = "producer inserts: adopted, NOTIFY off";
 /// The native producer's: single-row inserts into `outbox`.
 pub const PRODUCER_OUTBOX: &str = "producer inserts: into outbox";
 
@@ -128,22 +130,41 @@ fn median(results: Vec<anyhow::Result<Drain>>) -> anyhow::Result<(Drain, Vec<f64
 
 /// The adoption scenario, right after the native drain: the same backlog written into an
 /// adopted table (plain inserts, then insert-then-delete), and a producer's single-row inserts
-/// into the table without and with adoption (NOTIFY on, and quieted), and into `outbox`
-/// itself (4 connections of 2,000 inserts each).
+/// into the table without and with adoption (NOTIFY on, skipped for a busy relay, and off),
+/// and into `outbox`
+/// itself (4 connections of 5,000 inserts each, fewer for a backlog under 100,000).
 async fn adoption(env: &BenchEnv, n: u64, runs: &mut Runs) {
     let tables = [("OUTBOX__TABLES", crate::adopted::TABLES_SETTING)];
     for (name, delete) in [(ADOPTED_PLAIN, false), (ADOPTED_DELETE, true)] {
         let r = harness::drain(env, n, 1, Shape::Adopted { delete }, &tables).await;
         runs.add(name, r);
     }
-    use crate::adopted::Producer;
+    use crate::adopted::{Notify, Producer};
+    // Enough inserts for a few seconds per figure at full size, few in a smoke run.
+    let per_connection = (n / 20).clamp(100, 5000);
     for (name, producer) in [
         (PRODUCER_NATIVE, Producer::Plain),
-        (PRODUCER_ADOPTED, Producer::Adopted { quiet: false }),
-        (PRODUCER_QUIET, Producer::Adopted { quiet: true }),
+        (
+            PRODUCER_ADOPTED,
+            Producer::Adopted {
+                notify: Notify::EveryCommit,
+            },
+        ),
+        (
+            PRODUCER_BUSY,
+            Producer::Adopted {
+                notify: Notify::RelayBusy,
+            },
+        ),
+        (
+            PRODUCER_QUIET,
+            Producer::Adopted {
+                notify: Notify::Off,
+            },
+        ),
         (PRODUCER_OUTBOX, Producer::Outbox),
     ] {
-        let r = crate::adopted::producer_rate(env, producer, 4, 2000, name).await;
+        let r = crate::adopted::producer_rate(env, producer, 4, per_connection, name).await;
         runs.add_figure(name, r);
     }
 }

@@ -86,7 +86,9 @@ fn bench_runs_every_scenario_and_writes_json() {
         "park_keys / default end to end",
         "producer inserts: table not adopted",
         "producer inserts: adopted table",
-        "producer inserts: adopted, NOTIFY quieted",
+        "producer inserts: adopted, relay busy",
+        "producer inserts: adopted, NOTIFY off",
+        "producer inserts: adopted, relay busy / not adopted",
         "producer inserts: into outbox",
         "producer inserts: adopted / into outbox",
     ] {
@@ -100,7 +102,7 @@ fn bench_runs_every_scenario_and_writes_json() {
     let report: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(json.path()).expect("read")).expect("json");
     let figures = report["figures"].as_array().expect("figures");
-    assert_eq!(figures.len(), 36);
+    assert_eq!(figures.len(), 37);
     // Every measured span says what it cost the machine: cores busy (of this machine's) and
     // Redis CPU, so a speed figure can be read against saturation.
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
