@@ -2,7 +2,8 @@
 //! team's own, published by the relay with every row a committing transaction inserted (also
 //! rows it deleted again), nothing from before `migrate`, nothing rolled back; bad rows refused
 //! naming the column; `run` refused while the settings and what `migrate` prepared differ;
-//! upserts publish only what they inserted; a replay resends adopted events.
+//! upserts publish only what they inserted; a replay resends adopted events; the `migrate` of
+//! an upgrade makes a copy function again.
 
 use std::collections::{HashMap, HashSet};
 use std::process::{Command, Output};
@@ -694,4 +695,84 @@ park_on_dead = true
         order(&redis.entries("outbox.event.order").await),
         [1, 2, 4, 5, 6]
     );
+}
+
+/// A database adopted before the one-statement copy and the NOTIFY trigger's `WHEN` clause
+/// (migration 15) gets both from the `migrate` of the upgrade, and `run` is not refused for it.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_upgrading_migrate_makes_an_adopted_tables_copy_function_again() {
+    let Adopted {
+        db,
+        env,
+        config,
+        _dir,
+        ..
+    } = Adopted::debezium().await;
+    let function = db
+        .text("SELECT function_name FROM outbox_adopted_tables")
+        .await;
+    // The database as the release before migration 15 left it: that migration reverted, and
+    // the copy function of that release (a validation query, then the copy).
+    db.exec(include_str!(
+        "../../migrations/2026-12-13-000001_cheaper_producer_triggers/down.sql"
+    ))
+    .await;
+    db.exec(&format!(
+        "DELETE FROM __diesel_schema_migrations WHERE version = '20261213000001';
+         DROP FUNCTION outbox_refuse_adopted_row(text, text, text, anyelement);
+         CREATE OR REPLACE FUNCTION \"{function}\"() RETURNS trigger LANGUAGE plpgsql AS $f$
+         BEGIN
+             PERFORM 1 FROM outbox_adopted_new AS r WHERE r.payload IS NULL;
+             INSERT INTO outbox (id, topic, payload, partition_key, source_table)
+             SELECT r.id, 'outbox.event.' || r.aggregatetype, r.payload, r.aggregateid,
+                    'public.outboxevent'
+             FROM outbox_adopted_new AS r;
+             RETURN NULL;
+         END $f$"
+    ))
+    .await;
+    assert_eq!(
+        db.scalar("SELECT count(*) FROM pg_trigger WHERE tgname = 'outbox_notify_insert' AND tgqual IS NULL")
+            .await,
+        1,
+        "the old NOTIFY trigger, without WHEN"
+    );
+
+    migrate(&config, &env);
+    let body = db
+        .text(&format!(
+            "SELECT pg_get_functiondef('\"{function}\"'::regproc)"
+        ))
+        .await;
+    assert!(
+        body.contains("outbox_refuse_adopted_row"),
+        "the copy function is made again: {body}"
+    );
+    assert_eq!(
+        db.scalar("SELECT count(*) FROM pg_trigger WHERE tgname = 'outbox_notify_insert' AND tgqual IS NOT NULL")
+            .await,
+        1,
+        "the NOTIFY trigger has its WHEN clause"
+    );
+    let error = db
+        .conn()
+        .await
+        .batch_execute(
+            "INSERT INTO outboxevent VALUES (gen_random_uuid(), 'bad topic', 'o1', 'T', '{}')",
+        )
+        .await
+        .expect_err("a bad topic is refused")
+        .to_string();
+    assert!(error.contains("aggregatetype"), "names the column: {error}");
+    db.exec("INSERT INTO outboxevent VALUES (gen_random_uuid(), 'order', 'o1', 'T', '{}')")
+        .await;
+    assert_eq!(
+        db.scalar("SELECT count(*) FROM outbox WHERE topic = 'outbox.event.order'")
+            .await,
+        1
+    );
+    // The registry matches the settings again: `run` starts (and is stopped here).
+    let relay = RelayProc::spawn_with_config("upgraded", &env, &config);
+    db.wait_until_published(Duration::from_secs(60)).await;
+    drop(relay);
 }
