@@ -298,8 +298,8 @@ fn capture_function(
         ))
     };
     let source = literal(&resolved.qualified);
-    // One statement over the new rows: each bad value calls `outbox_refuse_adopted_row`, which raises
-    // with the column's name, so the good rows cost no second pass. The payload comes first so
+    // One statement over the new rows: a bad value calls `outbox_refuse_adopted_row`, which
+    // raises naming the column, so good rows cost no second pass. The payload comes first so
     // that a row both without payload and without id is refused for its payload.
     Ok(format!(
         r#"CREATE OR REPLACE FUNCTION {function}() RETURNS trigger
