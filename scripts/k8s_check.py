@@ -9,7 +9,9 @@ Subcommands (each prints one line per failure and exits 1 if there was any):
   overlay RENDERED           the rendered overlay, for each relay instance (Deployment): kinds,
                              cross-references, the pod's security context, probes, rollout,
                              secrets as files of the instance's Secret, no secret value in any
-                             env `value:`, and its config.toml (written to
+                             env `value:`, the migrate init container reading the relay
+                             container's configuration (--config, setting env, ConfigMap and
+                             Secret mounts), and its config.toml (written to
                              RENDERED.<deployment>.config.toml for the binary check); with
                              several instances, that they stay apart (instance labels, selectors,
                              Secrets, ConfigMaps, ServiceMonitors); no pod both annotated for
@@ -272,8 +274,8 @@ def check_env_secrets(where, container):
 
 def check_secret_file(where, pod, container, name, key, secret_name):
     """`container` reads setting `name` from the file `{name}_FILE` names, and that file is
-    key `key` of the Secret `secret_name`, mounted from a secret volume; never the value itself
-    in the environment."""
+    key `key` (None: any key) of the Secret `secret_name`, mounted from a secret volume; never
+    the value itself in the environment."""
     env = {e["name"]: e for e in container.get("env", [])}
     if name in env:
         fail(f"{where}: {name} is in the environment; it must be read from a file ({name}_FILE)")
@@ -293,8 +295,11 @@ def check_secret_file(where, pod, container, name, key, secret_name):
             return
         relative = path[len(base):]
         items = secret.get("items")
-        listed = relative == key if items is None else {"key": key, "path": relative} in [
-            {"key": i.get("key"), "path": i.get("path")} for i in items]
+        if key is None:
+            listed = items is None or relative in [i.get("path") for i in items]
+        else:
+            listed = relative == key if items is None else {"key": key, "path": relative} in [
+                {"key": i.get("key"), "path": i.get("path")} for i in items]
         if not listed:
             fail(f"{where}: {name}_FILE {path} is not the Secret's key {key}")
         if secret.get("optional"):
@@ -455,20 +460,93 @@ def check_instance(rendered, kinds, dep):
     # before a new pod serves, and nothing immutable (a Job) stands in the way of applying
     # again.
     inits = pod.get("initContainers", [])
-    migrate = [i for i in inits if i.get("args") == ["migrate"]]
+    migrate = [i for i in inits if i.get("args", [])[:1] == ["migrate"]]
     if len(migrate) != 1:
-        fail(f"{where}: needs one init container running args [migrate] before the relay")
+        fail(f"{where}: needs one init container running args [migrate, ...] before the relay")
     else:
         m = migrate[0]
         if m["image"] != c["image"]:
             fail(f"{where}: the migrate init container runs {m['image']}, the relay {c['image']}: one image")
-        check_secret_file(f"{where} (init container migrate)", pod, m, "DATABASE_URL", "database-url", name)
+        same_configuration(f"{where}: init container {m['name']}", pod, m, c, name)
     # Its ServiceMonitor, when the overlay renders monitoring: exactly one scrapes its Service.
     if kinds.get("ServiceMonitor") and services:
         svc_labels = services[0]["metadata"].get("labels", {})
         monitors = [sm for sm in kinds["ServiceMonitor"] if labels_match(sm["spec"].get("selector", {}), svc_labels)]
         if len(monitors) != 1:
             fail(f"{where}: {len(monitors)} ServiceMonitors select its Service {services[0]['metadata']['name']}, expected one")
+
+
+# The command-line flags that are settings (src/cli.rs, CommonArgs): a --config FILE and the
+# overrides every command takes.
+SETTING_FLAGS = ("--config", "--database-url", "--redis-url", "--admin-addr", "--instance-id")
+# Environment variables the settings are read from besides OUTBOX* (src/config/layers.rs,
+# src/config/secrets.rs); OUTBOX_CONFIG names the file, OUTBOX__* are the settings.
+SETTING_ENV = {"DATABASE_URL", "DATABASE_URL_FILE", "REDIS_URL", "REDIS_URL_FILE"}
+# Differences the migrate init container may have (docs/operations.md, "A migration role and a
+# runtime role"): the owner's database URL from another key of the instance's Secret, and the
+# role to grant, which only `migrate` reads.
+MIGRATE_MAY_DIFFER = {"DATABASE_URL_FILE"}
+MIGRATE_ONLY = {"OUTBOX__DATABASE__RUNTIME_ROLE"}
+
+
+def setting_flags(args):
+    """{flag: value} of the setting flags in a container's args (`--f v` or `--f=v`)."""
+    out = {}
+    for i, arg in enumerate(args):
+        flag, eq, value = arg.partition("=")
+        if flag in SETTING_FLAGS:
+            out[flag] = value if eq else (args[i + 1] if i + 1 < len(args) else None)
+    return out
+
+
+def setting_env(container):
+    """{name: env entry} of the variables the relay's settings are read from."""
+    return {e["name"]: {k: v for k, v in e.items() if k != "name"} for e in container.get("env", [])
+            if e["name"].startswith("OUTBOX") or e["name"] in SETTING_ENV}
+
+
+def volume_sources(pod, container):
+    """The mounts that can carry what settings read (a ConfigMap, a Secret, a projected or CSI
+    volume: the --config file, *_FILE secrets, CA files), as comparable tuples."""
+    volumes = {v["name"]: v for v in pod.get("volumes", [])}
+    out = set()
+    for m in container.get("volumeMounts", []):
+        volume = volumes.get(m["name"], {})
+        if volume.keys() & {"configMap", "secret", "projected", "csi"}:
+            out.add((m["name"], m["mountPath"].rstrip("/"), m.get("subPath", ""), bool(m.get("readOnly"))))
+    return out
+
+
+def same_configuration(where, pod, init, relay, secret_name):
+    """The migrate init container reads the configuration the relay container reads: the same
+    --config file and setting flags, the same settings in its environment (envFrom included),
+    and the same ConfigMap and Secret mounts behind them. A migrate with less would not prepare
+    what `run` then needs ([[tables]], database.runtime_role)."""
+    init_flags, relay_flags = setting_flags(init.get("args", [])), setting_flags(relay.get("args", []))
+    if init_flags != relay_flags:
+        fail(f"{where}: setting flags {init_flags}, the relay's {relay_flags}: "
+             f"migrate must read the relay's configuration (the same --config)")
+    if init.get("envFrom", []) != relay.get("envFrom", []):
+        fail(f"{where}: envFrom {init.get('envFrom', [])}, the relay's {relay.get('envFrom', [])}: the same")
+    init_env, relay_env = setting_env(init), setting_env(relay)
+    for name in sorted(init_env.keys() | relay_env.keys()):
+        if name in MIGRATE_ONLY and name not in relay_env:
+            continue
+        if name in MIGRATE_MAY_DIFFER and name in init_env and name in relay_env:
+            continue
+        if name not in init_env:
+            fail(f"{where}: lacks the relay's setting {name} in its env: migrate must read the relay's configuration")
+        elif name not in relay_env:
+            fail(f"{where}: sets {name}, which the relay container does not: the same configuration in both")
+        elif init_env[name] != relay_env[name]:
+            fail(f"{where}: {name} is {init_env[name]}, in the relay container {relay_env[name]}: the same in both")
+    missing = volume_sources(pod, relay) - volume_sources(pod, init)
+    for name, path, sub, _ in sorted(missing):
+        fail(f"{where}: lacks the relay's mount of volume {name} at {path}{'/' + sub if sub else ''} "
+             f"(its settings read files there)")
+    # The owner's URL may be another key, but of this instance's Secret, as a file.
+    key = "database-url" if init_env.get("DATABASE_URL_FILE") == relay_env.get("DATABASE_URL_FILE") else None
+    check_secret_file(where, pod, init, "DATABASE_URL", key, secret_name)
 
 
 def instances_apart(rendered, kinds, deployments):
