@@ -15,12 +15,16 @@ Subcommands (each prints one line per failure and exits 1 if there was any):
                              RENDERED.<deployment>.config.toml for the binary check); with
                              several instances, that they stay apart (instance labels, selectors,
                              Secrets, ConfigMaps, ServiceMonitors); no pod both annotated for
-                             scraping and under a ServiceMonitor; one set of selection labels
+                             scraping and under a ServiceMonitor; one set of selection labels;
+                             no PrometheusRule or dashboard (they are once per cluster)
   observability RENDERED OUTDIR
-                             ServiceMonitor fields, selector, job label and relay_instance,
-                             the same selection labels on it and the PrometheusRule, the
-                             PrometheusRule's annotations, runbook base and anchors, per-instance
-                             grouping, metric names against src/telemetry/mod.rs, the Grafana
+                             RENDERED is k8s/observability (once per cluster: PrometheusRule,
+                             dashboard); k8s/observability/scrape (per namespace: the
+                             ServiceMonitor) is rendered here. ServiceMonitor fields, selector,
+                             job label and relay_instance, the same selection labels on it and
+                             the PrometheusRule, the PrometheusRule's annotations, runbook base
+                             and anchors, per-instance grouping and no namespace matcher,
+                             metric names against src/telemetry/mod.rs, the Grafana
                              JSON; writes OUTDIR/rules.yaml, OUTDIR/rules-for-tests.yaml and
                              OUTDIR/dashboard-queries.yaml for promtool
   links FILE...              every relative link of these Markdown files resolves (file and anchor)
@@ -32,6 +36,7 @@ import fnmatch
 import json
 import os
 import re
+import subprocess
 import sys
 import tomllib
 
@@ -204,8 +209,9 @@ def split(rendered, outdir):
 EXPECTED_OVERLAY_KINDS = {
     "ConfigMap", "Service", "Deployment", "PodDisruptionBudget",
     "HorizontalPodAutoscaler", "NetworkPolicy",
-    # An overlay that renders its instances' monitoring (k8s/overlays/two-instances).
-    "ServiceMonitor", "PrometheusRule",
+    # An overlay that renders its instances' ServiceMonitors (k8s/overlays/two-instances). Not
+    # the PrometheusRule or the dashboard: those are once per cluster (k8s/observability).
+    "ServiceMonitor",
 }
 # The relay's settings that hold a secret, by the environment variables that would carry the
 # value itself (src/config/secrets.rs): only their *_FILE twins may appear in a pod's env.
@@ -321,7 +327,10 @@ def overlay(rendered):
     docs = load_all(rendered)
     kinds = by_kind(docs)
     for kind in kinds:
-        if kind not in EXPECTED_OVERLAY_KINDS:
+        if kind == "PrometheusRule":
+            fail(f"{rendered}: renders a PrometheusRule: the alerts are once per cluster (k8s/observability); "
+                 f"a copy per namespace evaluates every alert once more")
+        elif kind not in EXPECTED_OVERLAY_KINDS:
             fail(f"{rendered}: unexpected kind {kind} (a typo, or add it to EXPECTED_OVERLAY_KINDS)")
     if "Secret" in kinds:
         fail(f"{rendered}: renders a Secret: the example must stay out of kustomization.yaml")
@@ -595,8 +604,9 @@ def instances_apart(rendered, kinds, deployments):
                 if used in seen:
                     fail(f"{rendered}: Deployments {seen[used]} and {dep['metadata']['name']} share the {what} {used}")
                 seen[used] = dep["metadata"]["name"]
-    if len(kinds.get("PrometheusRule", [])) > 1:
-        fail(f"{rendered}: {len(kinds['PrometheusRule'])} PrometheusRules: the alerts group by relay_instance, render them once")
+    if any(cm["metadata"]["name"].startswith(DASHBOARD_CONFIGMAP) for cm in kinds.get("ConfigMap", [])):
+        fail(f"{rendered}: renders the Grafana dashboard: it is once per cluster (k8s/observability), "
+             f"a copy per namespace gives Grafana's sidecar two dashboards with one uid")
 
 
 def check_selection_labels(rendered, kinds):
@@ -641,6 +651,9 @@ FOREIGN_METRICS = {"up", "kube_deployment_status_replicas_available", "kube_depl
 # Service's app.kubernetes.io/instance on them as this label.
 INSTANCE_SERIES_LABEL = "relay_instance"
 DASHBOARD = "k8s/observability/shared/grafana-dashboard.json"
+DASHBOARD_CONFIGMAP = "outbox-relay-grafana-dashboard"
+# The per-namespace part of the monitoring kit: the ServiceMonitor of a namespace's relay.
+SCRAPE = "k8s/observability/scrape"
 
 
 def github_anchors(markdown_path):
@@ -684,8 +697,25 @@ def check_metric_names(where, expr, exported):
 
 
 def observability(rendered, outdir):
-    docs = load_all(rendered)
-    kinds = by_kind(docs)
+    """RENDERED is k8s/observability, the once-per-cluster part (the PrometheusRule and the
+    dashboard); k8s/observability/scrape, the per-namespace part (the ServiceMonitor), is
+    rendered here and checked with it."""
+    cluster_kinds = by_kind(load_all(rendered))
+    scrape = os.path.join(os.path.dirname(rendered), "observability-scrape.yaml")
+    result = subprocess.run(["kubectl", "kustomize", os.path.join(ROOT, SCRAPE)], capture_output=True, text=True)
+    if result.returncode != 0:
+        fail(f"kubectl kustomize {SCRAPE}: {result.stderr.strip()}")
+        return
+    with open(scrape, "w") as f:
+        f.write(result.stdout)
+    scrape_kinds = by_kind(load_all(scrape))
+    # Once per cluster, or per namespace: never both in one kustomization.
+    if cluster_kinds.get("ServiceMonitor"):
+        fail(f"{rendered}: k8s/observability renders a ServiceMonitor: it is applied once per cluster, "
+             f"the ServiceMonitor per relay namespace ({SCRAPE})")
+    for kind in set(scrape_kinds) - {"ServiceMonitor"}:
+        fail(f"{SCRAPE} renders a {kind}: it is applied per relay namespace, and holds the ServiceMonitor only")
+    kinds = {k: cluster_kinds.get(k, []) + scrape_kinds.get(k, []) for k in set(cluster_kinds) | set(scrape_kinds)}
     exported = exported_metrics()
     # Every metric the relay exports is in the Metrics table an on-call engineer reads.
     operations = open(os.path.join(ROOT, "docs", "operations.md")).read()
@@ -728,8 +758,8 @@ def observability(rendered, outdir):
                 if key in ep and not DURATION.match(str(ep[key])):
                     fail(f"{where}: {key} {ep[key]!r} is not a Prometheus duration")
     if not kinds.get("ServiceMonitor"):
-        fail(f"{rendered}: no ServiceMonitor")
-    check_selection_labels(rendered, kinds)
+        fail(f"{SCRAPE}: no ServiceMonitor")
+    check_selection_labels(f"{rendered} and {SCRAPE}", kinds)
     # PrometheusRule: apiVersion, annotations, runbook anchors, metric names; files for promtool.
     rules = kinds.get("PrometheusRule", [])
     if len(rules) != 1:
@@ -762,6 +792,10 @@ def observability(rendered, outdir):
                 fail(f"{where}: runbook_url anchor #{m.group(1)} is not a heading of docs/operations.md")
             elif base and not url.startswith(base + "#"):
                 fail(f"{where}: runbook_url {url!r} is not under the runbook base {base!r} (k8s/observability/site)")
+            # One copy per cluster (k8s/observability): a namespace matcher would leave the
+            # other namespaces' relays unwatched.
+            if re.search(r"\bnamespace\s*(=|!=|=~|!~)\s*\"", rule["expr"]):
+                fail(f"{where}: selects by namespace; the rules are once per cluster and group by namespace")
             # Each alert of a relay's series says which relay: by namespace and relay_instance.
             if re.search(r"\boutbox_", rule["expr"]) and not re.search(rf"\b({INSTANCE_SERIES_LABEL}|deployment)\b", rule["expr"]):
                 fail(f"{where}: groups the relay's series by neither {INSTANCE_SERIES_LABEL} nor deployment: "
@@ -802,7 +836,7 @@ def observability(rendered, outdir):
             queries.append({"record": f"dashboard:query_{len(queries)}", "expr": expr})
     with open(os.path.join(outdir, "dashboard-queries.yaml"), "w") as f:
         yaml.safe_dump({"groups": [{"name": "dashboard", "rules": queries}]}, f, sort_keys=False)
-    cms = [d for d in kinds.get("ConfigMap", []) if d["metadata"]["name"] == "outbox-relay-grafana-dashboard"]
+    cms = [d for d in kinds.get("ConfigMap", []) if d["metadata"]["name"] == DASHBOARD_CONFIGMAP]
     if len(cms) != 1 or json.loads(next(iter(cms[0]["data"].values()))) != dashboard:
         fail(f"{rendered}: the dashboard ConfigMap does not carry grafana-dashboard.json")
     elif cms[0]["metadata"].get("labels", {}).get("grafana_dashboard") != "1":
