@@ -102,6 +102,10 @@ const EFFECTS_TABLE: &str = "CREATE TABLE IF NOT EXISTS example_effects (
     applied_at timestamptz NOT NULL DEFAULT now()
 )";
 
+/// The advisory lock key that serializes the creation of `example_effects` ("example-" in
+/// ASCII): any key no other part of the application locks would do.
+const EFFECTS_DDL_LOCK: i64 = 0x6578_616d_706c_652d;
+
 #[derive(Debug, thiserror::Error)]
 enum EffectError {
     #[error("poison event: its payload says \"poison\": true")]
@@ -200,11 +204,10 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         .await?;
     {
         let mut conn = pool.get().await?;
-        // Copies starting together would race on CREATE TABLE: the inbox's DDL lock
-        // serializes them.
+        // Copies starting together would race on CREATE TABLE: a transaction-scoped advisory
+        // lock of the example's own serializes them (the inbox's tables take the library's).
         conn.batch_execute(&format!(
-            "BEGIN; SELECT pg_advisory_xact_lock({}); {EFFECTS_TABLE}; COMMIT",
-            inbox::DDL_LOCK
+            "BEGIN; SELECT pg_advisory_xact_lock({EFFECTS_DDL_LOCK}); {EFFECTS_TABLE}; COMMIT"
         ))
         .await?;
         inbox::ensure_table(&mut conn).await?;
