@@ -30,6 +30,12 @@ Checks (each failure is one line on stderr, naming the file and line that names 
             current docs and the comments of the relay's .rs files (not the other crates':
             the consumer's settings are its own) names a field of that section's struct, found
             from `Settings` under src/config.
+  path      docs/architecture.md's "One event's path": every file named in its tables exists
+            (a bare name, `cycle.rs`, is looked up in the directory of the path before it in
+            the same cell; one with none before it fails), the step table's files number as
+            many as the text after it says ("That is 15 files"), and each row of the count
+            table ("consumer (13)") names as many files as its count, the rows adding up to
+            the total the text gives ("57 Rust files, plus the 2").
   impls     Docs that list the implementations of a trait name each of them (IMPL_LISTS:
             every `impl Job for X` is named in src/relay/periodic.rs's doc), and every file of
             src/relay/ that implements `Actor` or `Job` is in docs/architecture.md's actors table.
@@ -489,18 +495,109 @@ def actors_table():
     return set(re.findall(r"`(src/[\w/.]+)`", m.group(1)))
 
 
+# ------------------------------------------------------------------------------ event's path
+
+
+PATH_DOC = "docs/architecture.md"
+PATH_SECTION = "## One event's path"
+
+
+def path_tables(text):
+    """The tables of the section: for each, its rows as (line number, cells)."""
+    start = text.find("\n" + PATH_SECTION)
+    if start < 0:
+        return None, ""
+    end = text.find("\n## ", start + 1)
+    section = text[start:end if end > 0 else len(text)]
+    first = text.count("\n", 0, start) + 2
+    tables, current = [], []
+    for offset, line in enumerate(section.splitlines()[1:]):
+        if line.startswith("|"):
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if not all(set(c) <= set("-: ") for c in cells):
+                current.append((first + offset, cells))
+        elif current:
+            tables.append(current[1:])  # without the header
+            current = []
+    if current:
+        tables.append(current[1:])
+    return tables, section
+
+
+def files_in_cell(number, cell):
+    """The files a table cell names: full paths, and bare names in the directory of the path
+    before them."""
+    out, directory = [], None
+    for token in re.findall(r"`([^`]+)`", cell):
+        if "/" in token:
+            directory = os.path.dirname(token)
+            out.append(token)
+        elif EXT_RE.search(token):
+            if directory is None:
+                fail(f"{PATH_DOC}:{number}: names `{token}` with no path before it in its cell")
+                continue
+            out.append(os.path.join(directory, token))
+    return out
+
+
+def check_event_path():
+    text = read(os.path.join(ROOT, PATH_DOC))
+    tables, section = path_tables(text)
+    if tables is None:
+        fail(f"{PATH_DOC}: no `{PATH_SECTION}` section")
+        return 0
+    if len(tables) < 2:
+        fail(f"{PATH_DOC}: `{PATH_SECTION}` needs its step table and its count table, has {len(tables)} table(s)")
+        return 0
+    named = 0
+    per_table = []
+    for rows in tables:
+        files = []
+        for number, cells in rows:
+            row_files = files_in_cell(number, cells[-1])
+            for f in row_files:
+                named += 1
+                if not os.path.isfile(os.path.join(ROOT, f)):
+                    fail(f"{PATH_DOC}:{number}: the event's path names `{f}`, which does not exist")
+            files.append((number, cells, row_files))
+        per_table.append(files)
+    steps = {f for _, _, fs in per_table[0] for f in fs}
+    m = re.search(r"That is (\d+) files", section)
+    if not m:
+        fail(f"{PATH_DOC}: `{PATH_SECTION}` does not say how many files its step table names (\"That is N files\")")
+    elif int(m.group(1)) != len(steps):
+        fail(f"{PATH_DOC}: `{PATH_SECTION}` says {m.group(1)} files; its step table names {len(steps)}")
+    total = 0
+    for number, cells, fs in per_table[1]:
+        c = re.search(r"\((\d+)", cells[0])
+        if not c:
+            fail(f"{PATH_DOC}:{number}: the count table's row `{cells[0]}` gives no count, `(N)`")
+            continue
+        total += int(c.group(1))
+        if int(c.group(1)) != len(set(fs)):
+            fail(f"{PATH_DOC}:{number}: the row `{cells[0]}` names {len(set(fs))} files")
+    m = re.search(r"(\d+) Rust files, plus the (\d+)", section)
+    if not m:
+        fail(f"{PATH_DOC}: `{PATH_SECTION}` does not give the total of its count table (\"N Rust files, plus the M\")")
+    elif int(m.group(1)) + int(m.group(2)) != total:
+        fail(f"{PATH_DOC}: `{PATH_SECTION}` says {m.group(1)} + {m.group(2)} files; its count table's rows add up to {total}")
+    return named
+
+
 def main(argv):
     history = "--history" in argv[1:]
     found = check_paths(history)
     maps = check_maps()
     check_doc_tables()
     settings = check_settings()
+    event_path = check_event_path()
     check_impls()
     if FAILURES:
         print(f"docs-check: {len(FAILURES)} failure(s)", file=sys.stderr)
         return 1
     print(f"docs-check: ok ({found} path mentions, module maps of {', '.join(maps)}, "
-          f"development.md's suites, {settings} settings named, the Job list and the actors table)")
+          f"development.md's suites, {settings} settings named, {event_path} files of the event's path, "
+          f"the Job list and the actors table)")
     return 0
 
 
