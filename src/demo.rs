@@ -1,7 +1,10 @@
 //! `outbox-relay demo`: one command, no set-up. Creates its database if missing, migrates,
 //! and runs the relay with a sample producer: several topics, partition keys, and a few
 //! poison events (their topic's stream key holds a plain string, so every XADD gets
-//! WRONGTYPE and they end up dead-lettered).
+//! WRONGTYPE and they end up dead-lettered). The poison topic parks its keys
+//! (`park_on_dead`): after the first poison event of each key dies, the key's later events
+//! wait behind it, so the Dead letters page shows parked keys, and the log says once that the
+//! poison is on purpose instead of repeating it every few seconds.
 
 use std::time::{Duration, Instant};
 
@@ -13,24 +16,34 @@ use outbox_core::redis_conn::{self, RedisConn};
 use outbox_core::{groups, keys, Entry};
 use rand::Rng;
 
-use crate::config::{GroupSpec, Settings};
+use crate::config::{GroupSpec, Settings, TopicSpec};
 use crate::producer::{enqueue_many, NewEvent};
 
 /// The demo's local database.
 pub const DEMO_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/outbox_demo";
 /// The topic whose events are poison.
 pub const POISON_TOPIC: &str = "demo.poison";
+/// The partition keys of the poison events, in turn: each parks once its first event is dead.
+pub const POISON_KEYS: &[&str] = &["poison-1", "poison-2", "poison-3"];
+/// One event in this many is poison.
+const POISON_EVERY: u64 = 97;
 const TOPICS: &[&str] = &["order.created", "payment.captured", "patient.admitted"];
 
 /// The demo's consumer groups, on its first topic: the Streams page shows their lag.
 pub const GROUPS: &[&str] = &["billing", "shipping"];
 
 /// The demo's bottom configuration layer: a local database, quick dead-lettering, two
-/// consumer groups.
+/// consumer groups, and the poison topic parking its keys.
 pub fn default_settings() -> Settings {
     let mut s = Settings::default();
     s.database.url = Some(DEMO_DATABASE_URL.into());
     s.retry.max_attempts = 3;
+    s.topics = vec![TopicSpec {
+        name: POISON_TOPIC.into(),
+        partitions: 1,
+        envelope: None,
+        park_on_dead: true,
+    }];
     s.groups = GROUPS
         .iter()
         .map(|name| GroupSpec::new(TOPICS[0], name))
@@ -69,11 +82,13 @@ pub async fn create_database(url: &str) -> anyhow::Result<()> {
 }
 
 fn sample(n: u64, rng: &mut impl Rng) -> NewEvent {
-    if n % 97 == 13 {
+    if n % POISON_EVERY == 13 {
+        let key = POISON_KEYS[((n / POISON_EVERY) % POISON_KEYS.len() as u64) as usize];
         return NewEvent::new(
             POISON_TOPIC,
             serde_json::json!({"n": n, "note": "its stream key is not a stream"}),
-        );
+        )
+        .key(key);
     }
     let topic = TOPICS[(n % TOPICS.len() as u64) as usize];
     let entity = rng.random_range(1..=40);
@@ -279,6 +294,14 @@ pub async fn run(settings: Settings, rate: u32, traced: bool) -> anyhow::Result<
     );
     println!("  dead     : psql {url} -c 'SELECT id, topic, attempts, last_error FROM outbox WHERE dead_at IS NOT NULL'");
     println!("  stop     : Ctrl-C");
+    tracing::info!(
+        topic = POISON_TOPIC,
+        keys = %POISON_KEYS.join(", "),
+        "demo: the events of {POISON_TOPIC} are poison on purpose (its stream key {}{POISON_TOPIC} holds a string, so Redis answers WRONGTYPE): \
+         the first of each key logs one \"publish failed\" line and one \"event dead-lettered\" line, then its key parks and its later events wait; \
+         any other failure is real",
+        settings.redis.stream_prefix
+    );
     let producer = actix_rt::spawn(produce(url, rate));
     let consumer = actix_rt::spawn(consume_slowly(settings.clone()));
     let result = crate::app::run(settings, traced).await;

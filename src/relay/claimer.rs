@@ -21,7 +21,10 @@ use super::quiet::{self, Quiet};
 use super::supervision::{catching, Panicked};
 use super::throughput::Throughput;
 use crate::telemetry::ActorName;
+use failing::FailureLog;
 use outbox_core::backoff;
+
+mod failing;
 
 /// What the claimer is doing, as far as starting cycles goes.
 #[derive(Debug)]
@@ -65,6 +68,8 @@ pub struct Claimer {
     outage_logged: bool,
     quiet: Quiet,
     slots_full_until: Option<Instant>,
+    /// Events whose failure was logged, so their retries do not log it again.
+    failing: FailureLog,
 }
 
 /// How long a replica whose cycle found every claim slot held runs one cycle at a time.
@@ -91,7 +96,9 @@ impl Claimer {
         retry: Recipient<RetryDue>,
         config: ClaimerConfig,
     ) -> Self {
+        let failing = FailureLog::new(deps.retry.max);
         Claimer {
+            failing,
             deps,
             health,
             throughput,
@@ -284,10 +291,15 @@ impl Claimer {
         });
         for failure in &report.failures {
             if failure.dead {
+                self.failing.dead(&failure.id);
                 crate::telemetry::event_dead(&failure.id, &failure.error);
-            } else {
-                let delay = Duration::from_millis(u64::try_from(failure.delay_ms).unwrap_or(0));
+                continue;
+            }
+            let delay = Duration::from_millis(u64::try_from(failure.delay_ms).unwrap_or(0));
+            if self.failing.failed(failure.id, Instant::now()) {
                 crate::telemetry::event_failed(&failure.id, &failure.error, delay);
+            } else {
+                failing::failed_again(&failure.id, &failure.error, delay);
             }
         }
         self.throughput

@@ -1,5 +1,6 @@
 //! `outbox-relay demo` on local defaults: creates its database, produces several topics with
-//! keys and a few poison events, publishes them, dead-letters the poison, prints the admin URL.
+//! keys and a few poison events, publishes them, dead-letters the poison and parks its keys,
+//! prints the admin URL, and says once that the poison is on purpose rather than repeating it.
 
 use std::io::Read;
 use std::process::{Command, Stdio};
@@ -21,13 +22,16 @@ async fn demo_creates_its_database_and_shows_the_whole_pipeline() {
         // make test-valkey: the demo's default Redis is not the one under test.
         demo.env("REDIS_URL", &redis.url);
     }
+    let log = tempfile::NamedTempFile::new().expect("log file");
     let mut child = demo
         .args(["demo", "--rate", "200", "--database-url", &db.url])
         .args(["--admin-addr", &format!("127.0.0.1:{port}")])
         .env("OUTBOX__REDIS__STREAM_PREFIX", &redis.prefix)
         .env("OUTBOX__RETRY__BASE", "200ms")
+        .env_remove("RUST_LOG")
+        .env_remove("OUTBOX__LOG__LEVEL")
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(log.reopen().expect("log file"))
         .spawn()
         .expect("spawn demo");
     Http::new(port)
@@ -51,6 +55,23 @@ async fn demo_creates_its_database_and_shows_the_whole_pipeline() {
             > 0
     );
     assert!(redis.xlen("order.created").await > 0);
+    // The poison topic parks its keys: a later poison event of a dead key waits behind it.
+    let admin = Http::new(port);
+    eventually(
+        Duration::from_secs(30),
+        "the three poison keys parked, events held behind their dead ones",
+        || async {
+            let parked = admin.get("/api/v1/topics/demo.poison/parked").json;
+            parked["keys"]
+                .as_array()
+                .is_some_and(|keys| {
+                    keys.len() == 3 && keys.iter().any(|k| k["held"].as_i64() > Some(0))
+                })
+                .then_some(())
+                .ok_or(parked.to_string())
+        },
+    )
+    .await;
     let mut c = redis.conn().await;
     let groups: redis::streams::StreamInfoGroupsReply =
         redis::AsyncCommands::xinfo_groups(&mut c, redis.stream("order.created"))
@@ -102,6 +123,37 @@ async fn demo_creates_its_database_and_shows_the_whole_pipeline() {
         stdout.contains(&format!("http://127.0.0.1:{port}/")),
         "{stdout}"
     );
+    let log = std::fs::read_to_string(log.path()).expect("the demo's log");
+    assert_intended_poison_said_once(&log);
+}
+
+/// The demo's log says once that the poison is on purpose, and logs each failing event once
+/// when it starts failing and once when it goes dead, not once per attempt.
+fn assert_intended_poison_said_once(log: &str) {
+    let notices = log.matches("poison on purpose").count();
+    assert_eq!(notices, 1, "the intended-poison notice, once:\n{log}");
+    let mut lines: std::collections::HashMap<(&str, &str), usize> = Default::default();
+    for line in log.lines() {
+        let kind = if line.contains("publish failed: ") {
+            "failed"
+        } else if line.contains("event dead-lettered: ") {
+            "dead"
+        } else {
+            continue;
+        };
+        let event = line
+            .split_whitespace()
+            .find_map(|field| field.strip_prefix("event="))
+            .unwrap_or_else(|| panic!("a failure line without its event: {line}"));
+        *lines.entry((event, kind)).or_default() += 1;
+    }
+    assert!(
+        lines.keys().any(|(_, kind)| *kind == "dead"),
+        "a dead event was logged:\n{log}"
+    );
+    for ((event, kind), n) in &lines {
+        assert_eq!(*n, 1, "{kind} lines of event {event}:\n{log}");
+    }
 }
 
 /// Stops a private cluster when the test ends, however it ends.
