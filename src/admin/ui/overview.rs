@@ -21,10 +21,18 @@ use crate::db::standbys::{self, Server, Standby};
 use crate::db::{audit, replicas, DbError};
 use crate::relay::throughput::{Minutes, MINUTES};
 
+/// The rate of the last complete minute, per second: the entry before the last, as the last
+/// one counts the minute still running (dividing its count by 60 read a third of a steady
+/// rate twenty seconds into the minute).
+fn last_full_minute_rate(counts: &[u64]) -> f64 {
+    let full = counts.len().checked_sub(2).and_then(|i| counts.get(i));
+    full.copied().unwrap_or(0) as f64 / 60.0
+}
+
 /// An inline SVG bar chart of per-minute counts, oldest left.
 fn chart(title: &str, counts: &[u64], class: &str) -> Markup {
     let max = counts.iter().copied().max().unwrap_or(0).max(1);
-    let last = counts.last().copied().unwrap_or(0);
+    let rate = last_full_minute_rate(counts);
     let total: u64 = counts.iter().sum();
     let (w, h) = (600.0, 90.0);
     let bar = w / counts.len().max(1) as f64;
@@ -32,7 +40,7 @@ fn chart(title: &str, counts: &[u64], class: &str) -> Markup {
         div.panel.chart {
             div.head {
                 span { (title) }
-                span { b { (format!("{:.1}", last as f64 / 60.0)) "/s" } " now · "
+                span { b.rate title="the last complete minute" { (format!("{rate:.1}")) "/s" } " last minute · "
                     (layout::count(total as i64)) " in the hour · peak "
                     (format!("{:.1}", max as f64 / 60.0)) "/s" }
             }
@@ -282,4 +290,40 @@ pub async fn steer(
         .set_paused(&actor.who, &topic, paused)
         .await?;
     Ok(see_other("/"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A steady 20/s, twenty seconds into the current minute.
+    fn steady_twenty_per_second() -> Vec<u64> {
+        let mut counts = vec![1200; MINUTES];
+        counts[MINUTES - 1] = 400;
+        counts
+    }
+
+    #[test]
+    fn the_rate_is_the_last_complete_minutes() {
+        assert_eq!(last_full_minute_rate(&steady_twenty_per_second()), 20.0);
+        assert_eq!(last_full_minute_rate(&[]), 0.0);
+        assert_eq!(last_full_minute_rate(&[400]), 0.0, "no complete minute yet");
+        assert_eq!(last_full_minute_rate(&[90, 30]), 1.5);
+    }
+
+    #[test]
+    fn the_chart_shows_a_steady_rate_as_it_is() {
+        let html = chart(
+            "Published per second",
+            &steady_twenty_per_second(),
+            "bar-pub",
+        )
+        .into_string();
+        assert!(
+            html.contains(
+                r#"<b class="rate" title="the last complete minute">20.0/s</b> last minute"#
+            ),
+            "{html}"
+        );
+    }
 }
