@@ -18,10 +18,27 @@ use crate::relay::{self, health::Health};
 const DRAIN_DEADLINE: Duration = Duration::from_secs(5);
 
 /// `outbox-relay migrate`.
-pub async fn migrate(settings: &Settings, wait: std::time::Duration) -> anyhow::Result<()> {
+pub async fn migrate(
+    settings: &Settings,
+    wait: std::time::Duration,
+    release: &[String],
+) -> anyhow::Result<()> {
     let url = settings.database_url()?;
+    if let Some(listed) = release
+        .iter()
+        .find(|name| settings.tables.iter().any(|t| &t.name == *name))
+    {
+        return Err(ConfigError {
+            setting: "--release".into(),
+            message: format!(
+                "table `{listed}` is still in [[tables]]: remove its entry before releasing it"
+            ),
+        }
+        .into());
+    }
     let plan = db::migrate::Plan {
         tables: Some(settings.tables.clone()),
+        release: release.to_vec(),
         runtime_role: settings.database.runtime_role.clone(),
     };
     let migrated = db::migrate::prepare_waiting(url, &plan, wait).await?;
@@ -41,6 +58,18 @@ pub async fn migrate(settings: &Settings, wait: std::time::Duration) -> anyhow::
         tracing::info!(
             table,
             "adopted table released: its rows are no longer published"
+        );
+    }
+    for table in &migrated.tables.kept {
+        tracing::warn!(
+            table,
+            "adopted table kept: it is not in [[tables]] (is this migrate missing its --config?), so its rows are still published; release it with `outbox-relay migrate --release {table}`"
+        );
+    }
+    for table in &migrated.tables.not_adopted {
+        tracing::warn!(
+            table,
+            "--release: no adopted table has this name, nothing released (the adopted tables are named as in their [[tables]] entry)"
         );
     }
     tracing::info!(applied = migrated.applied, "migrations up to date");
@@ -102,6 +131,9 @@ pub async fn run_until(
     let health = Arc::new(Health::default());
     crate::telemetry::set_max_metric_topics(settings.admin.max_metric_topics);
     let metrics = crate::telemetry::install_metrics();
+    for topic in settings.parking_topics() {
+        crate::telemetry::parking_topic_known(&topic);
+    }
     if let Some(handle) = &metrics {
         crate::telemetry::spawn_upkeep(handle.clone());
     }

@@ -47,6 +47,11 @@ pub struct MigrateArgs {
     /// one log line per try; `0s` tries once.
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = humantime::parse_duration)]
     pub wait: std::time::Duration,
+    /// Release this adopted table (its name as it was adopted, as `migrate` logs it): drop
+    /// its copy trigger and function, so its rows are no longer published. Repeatable. A
+    /// table missing from `[[tables]]` is otherwise kept adopted.
+    #[arg(long, value_name = "TABLE")]
+    pub release: Vec<String>,
 }
 
 /// Flags of `replay`.

@@ -35,7 +35,7 @@ pub fn settings_for(command: &Command) -> Result<Settings, ConfigError> {
 /// Runs `command` to its end; `traced`: spans are exported, so the publisher makes them.
 pub async fn execute(command: Command, settings: Settings, traced: bool) -> anyhow::Result<()> {
     match command {
-        Command::Migrate(m) => app::migrate(&settings, m.wait).await,
+        Command::Migrate(m) => app::migrate(&settings, m.wait, &m.release).await,
         Command::Run(_) => app::run(settings, traced).await,
         Command::Demo(d) => demo::run(settings, d.rate, traced).await,
         Command::Tail(t) => {

@@ -10,7 +10,8 @@
 //! The function runs as the role that ran `migrate` (`SECURITY DEFINER`, with the search path
 //! `migrate` had): a producer needs no grant on `outbox`, only its usual one on its own table.
 //!
-//! [`sync`] runs inside `migrate`'s transaction; [`drift`] is `run`'s check.
+//! [`sync`] runs inside `migrate`'s transaction; [`drift`] is `run`'s check. Releasing a table
+//! is only ever explicit (`migrate --release TABLE`).
 
 use std::collections::HashMap;
 
@@ -77,28 +78,54 @@ struct Registered {
 pub struct Synced {
     /// Tables prepared (new or changed).
     pub adopted: Vec<String>,
-    /// Tables no longer listed whose trigger and function were removed.
+    /// Tables released on request, whose trigger and function were removed.
     pub released: Vec<String>,
+    /// Tables adopted before, missing from the configuration and not asked to be released:
+    /// they stay adopted.
+    pub kept: Vec<String>,
+    /// Tables asked to be released that were not adopted.
+    pub not_adopted: Vec<String>,
 }
 
-/// Makes the database match `tables`: each listed table gets its trigger and function (made
-/// again when its entry changed), each table adopted before and no longer listed loses them.
-/// Never touches a table's own columns or rows.
-pub fn sync<C>(c: &mut C, tables: &[TableSpec]) -> Result<Synced, AdoptError>
+/// Makes the database match `tables` and `release`: each listed table gets its trigger and
+/// function (made again when its entry changed); each table named in `release` loses them.
+/// A table adopted before and missing from `tables` is kept as it is: a `migrate` that was
+/// not given the configuration (an init container, a command typed by hand) must never stop
+/// a team's rows from being published, so releasing is only ever explicit. Never touches a
+/// table's own columns or rows.
+pub fn sync<C>(c: &mut C, tables: &[TableSpec], release: &[String]) -> Result<Synced, AdoptError>
 where
     C: Connection<Backend = Pg> + LoadConnection,
 {
     let mut synced = Synced::default();
+    if let Some(both) = release
+        .iter()
+        .find(|name| tables.iter().any(|t| &t.name == *name))
+    {
+        return Err(AdoptError::Table {
+            table: both.clone(),
+            message: "is asked to be released (--release) and is still listed: remove it from \
+                      [[tables]] first"
+                .into(),
+        });
+    }
     let registered: Vec<Registered> = diesel::sql_query(
         "SELECT name, spec, function_name FROM outbox_adopted_tables ORDER BY name",
     )
     .load(c)?;
-    for old in &registered {
-        if tables.iter().any(|t| t.name == old.name) {
-            continue;
+    for name in release {
+        match registered.iter().find(|r| &r.name == name) {
+            Some(old) => {
+                release_table(c, &old.name, &old.function_name)?;
+                synced.released.push(old.name.clone());
+            }
+            None => synced.not_adopted.push(name.clone()),
         }
-        release(c, &old.name, &old.function_name)?;
-        synced.released.push(old.name.clone());
+    }
+    for old in &registered {
+        if !tables.iter().any(|t| t.name == old.name) && !release.contains(&old.name) {
+            synced.kept.push(old.name.clone());
+        }
     }
     for table in tables {
         let spec = spec_json(table);
@@ -172,7 +199,7 @@ where
 }
 
 /// Removes a table's trigger (if the table still exists), its function and its registry row.
-fn release<C>(c: &mut C, name: &str, function_name: &str) -> Result<(), AdoptError>
+fn release_table<C>(c: &mut C, name: &str, function_name: &str) -> Result<(), AdoptError>
 where
     C: Connection<Backend = Pg> + LoadConnection,
 {
@@ -373,7 +400,8 @@ fn compare(tables: &[TableSpec], registered: &[Registered]) -> Option<String> {
         .find(|r| !tables.iter().any(|t| t.name == r.name))
         .map(|r| {
             format!(
-                "table `{}` is still adopted but no longer in [[tables]]: run `outbox-relay migrate` to release it",
+                "table `{}` is still adopted but not in [[tables]]: put it back, or release it with `outbox-relay migrate --release {}`",
+                r.name,
                 r.name
             )
         })
@@ -422,7 +450,10 @@ mod tests {
             spec: serde_json::Value::Null,
             function_name: "f".into(),
         };
-        let line = compare(&[], &[stale]).expect("released");
-        assert!(line.contains("`old`") && line.contains("outbox-relay migrate"));
+        let line = compare(&[], &[stale]).expect("kept");
+        assert!(
+            line.contains("`old`") && line.contains("outbox-relay migrate --release old"),
+            "{line}"
+        );
     }
 }

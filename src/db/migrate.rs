@@ -68,6 +68,8 @@ pub struct Migrated {
 pub struct Plan {
     /// Make the adopted tables match these ([`super::adopted::sync`]).
     pub tables: Option<Vec<TableSpec>>,
+    /// Release these adopted tables (`migrate --release`).
+    pub release: Vec<String>,
     /// Grant this role the relay's runtime rights ([`super::grants`]).
     pub runtime_role: Option<String>,
 }
@@ -77,7 +79,7 @@ pub struct Plan {
 pub async fn prepare(url: &str, tables: Option<&[TableSpec]>) -> Result<Migrated, MigrateError> {
     let plan = Plan {
         tables: tables.map(<[TableSpec]>::to_vec),
-        runtime_role: None,
+        ..Plan::default()
     };
     prepare_plan(url, &plan).await
 }
@@ -162,9 +164,11 @@ fn run_blocking(url: &str, plan: &Plan) -> Result<Migrated, MigrateError> {
             .run_pending_migrations(MIGRATIONS)
             .map(|applied| applied.len())
             .map_err(|e| MigrateError::Migration(e.to_string()))?;
-        let tables = match &plan.tables {
-            Some(tables) => super::adopted::sync(c, tables)?,
-            None => Synced::default(),
+        let tables = match (&plan.tables, plan.release.is_empty()) {
+            (None, true) => Synced::default(),
+            (tables, _) => {
+                super::adopted::sync(c, tables.as_deref().unwrap_or(&[]), &plan.release)?
+            }
         };
         if let Some(role) = &plan.runtime_role {
             super::grants::grant(c, role).map_err(|error| MigrateError::Grant {

@@ -176,6 +176,13 @@ pub fn install_metrics() -> Option<PrometheusHandle> {
     let _ = histogram!("outbox_event_latency_seconds");
     counter!("outbox_outage_cycles_total").absolute(0);
     counter!("outbox_claim_cycles_total").absolute(0);
+    // Sampled gauges are in the first scrape too: unknown (NaN) until their first sample
+    // where 0 would be a claim (no standby, no memory limit), 0 where it is the state (not
+    // holding), and the per-standby family with no series until a standby is seen.
+    gauge!("outbox_postgres_standbys").set(f64::NAN);
+    gauge!("outbox_redis_memory_ratio").set(f64::NAN);
+    gauge!("outbox_redis_memory_held").set(0.0);
+    standby_lags(&[]);
     for name in [
         "outbox_events_failed_total",
         "outbox_events_dead_lettered_total",
@@ -632,6 +639,10 @@ pub fn wait_standbys_met() {
 /// lag is unknown); the count falling is what an alert looks for.
 pub fn standbys_sampled(streaming: usize, lags: &[(String, i64)]) {
     gauge!("outbox_postgres_standbys").set(streaming as f64);
+    standby_lags(lags);
+}
+
+fn standby_lags(lags: &[(String, i64)]) {
     families::replace(
         "outbox_postgres_standby_lag_bytes",
         "Bytes of WAL the primary wrote that each connected standby has not flushed (pg_stat_replication)",
@@ -639,6 +650,11 @@ pub fn standbys_sampled(streaming: usize, lags: &[(String, i64)]) {
             .map(|(name, lag)| (vec![("standby", name.clone())], *lag as f64))
             .collect(),
     );
+}
+
+/// Makes a parking topic's held-events gauge exist before its first sample.
+pub fn parking_topic_known(topic: &str) {
+    gauge!("outbox_parked_events", "topic" => topic_label(topic)).increment(0.0);
 }
 
 /// A fresh sample of a parking topic's held events.

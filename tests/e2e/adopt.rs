@@ -1,7 +1,8 @@
 //! Adopted tables (contract section 12): an existing outbox table, Debezium's layout or a
 //! team's own, published by the relay with every row a committing transaction inserted (also
 //! rows it deleted again), nothing from before `migrate`, nothing rolled back; bad rows refused
-//! naming the column; `run` refused while the settings and what `migrate` prepared differ;
+//! naming the column; `run` refused while the settings and what `migrate` prepared differ; a
+//! `migrate` without the configuration keeps a table adopted, only `--release` releases it;
 //! upserts publish only what they inserted; a replay resends adopted events; the `migrate` of
 //! an upgrade makes a copy function again.
 
@@ -341,7 +342,7 @@ async fn a_producer_role_with_rights_on_its_own_table_only_can_insert() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn run_refuses_settings_that_migrate_did_not_prepare_and_a_released_table_stops_publishing() {
+async fn run_refuses_settings_that_migrate_did_not_prepare_and_only_release_stops_publishing() {
     let db = TestDb::new().await;
     let redis = TestRedis::shared();
     let env = base_env(&db, &redis);
@@ -360,13 +361,62 @@ async fn run_refuses_settings_that_migrate_did_not_prepare_and_a_released_table_
         &env,
         &["public.outboxevent", "outbox-relay migrate"],
     );
-    // Dropped from the settings: refused until `migrate` releases it.
+    // Dropped from the settings: `migrate` keeps it adopted, says so, and `run` is refused
+    // until it is put back or released.
     let (_dir3, none) = config_file("");
-    run_refused(&none, &env, &["public.outboxevent", "outbox-relay migrate"]);
-    migrate(&none, &env);
+    let kept = relay_command("migrate", &none, &env);
+    let log =
+        String::from_utf8_lossy(&kept.stdout).to_string() + &String::from_utf8_lossy(&kept.stderr);
+    assert_eq!(kept.status.code(), Some(0), "migrate: {log}");
+    let warnings: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("adopted table kept"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "one warning line: {log}");
+    assert!(
+        warnings[0].contains("public.outboxevent")
+            && warnings[0].contains("outbox-relay migrate --release public.outboxevent"),
+        "{log}"
+    );
+    run_refused(
+        &none,
+        &env,
+        &["public.outboxevent", "migrate --release public.outboxevent"],
+    );
     db.exec("INSERT INTO outboxevent VALUES (gen_random_uuid(), 'order', 'o1', 'T', '{}')")
         .await;
-    assert_eq!(db.scalar("SELECT count(*) FROM outbox").await, 0);
+    assert_eq!(
+        db.scalar("SELECT count(*) FROM outbox").await,
+        1,
+        "still copied"
+    );
+    // Releasing a table that is still listed is refused, naming it.
+    let listed = relay_command_with(
+        &["migrate", "--release", "public.outboxevent"],
+        &adopted,
+        &env,
+    );
+    let stderr = String::from_utf8_lossy(&listed.stderr);
+    assert_eq!(listed.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("public.outboxevent") && stderr.contains("[[tables]]"),
+        "{stderr}"
+    );
+    // The explicit release stops the copy and removes the trigger and its function.
+    let released = relay_command_with(&["migrate", "--release", "public.outboxevent"], &none, &env);
+    assert_eq!(
+        released.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&released.stderr)
+    );
+    db.exec("INSERT INTO outboxevent VALUES (gen_random_uuid(), 'order', 'o1', 'T', '{}')")
+        .await;
+    assert_eq!(
+        db.scalar("SELECT count(*) FROM outbox").await,
+        1,
+        "no longer copied"
+    );
     assert_eq!(
         db.scalar("SELECT count(*) FROM pg_trigger WHERE tgname = 'outbox_relay_adopt'")
             .await,
@@ -377,7 +427,56 @@ async fn run_refuses_settings_that_migrate_did_not_prepare_and_a_released_table_
             .await,
         0
     );
-    assert_eq!(db.scalar("SELECT count(*) FROM outboxevent").await, 1);
+    assert_eq!(db.scalar("SELECT count(*) FROM outboxevent").await, 2);
+    // A release run again (an init container restarted) finds nothing to release and succeeds.
+    let again = relay_command_with(&["migrate", "--release", "public.outboxevent"], &none, &env);
+    assert_eq!(
+        again.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
+    // And `run` without the table is no longer refused: it serves and is stopped.
+    let relay = RelayProc::spawn_with_config("r1", &env, &none);
+    relay.wait_ready(Duration::from_secs(30)).await;
+    drop(relay);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_bare_migrate_without_the_configuration_keeps_an_adopted_table_published() {
+    let adopted = Adopted::debezium().await;
+    // What the kit's init container did: `migrate` with no configuration at all.
+    let bare = Command::new(BIN)
+        .arg("migrate")
+        .env_clear()
+        .env("PATH", std::env::var("PATH").expect("PATH"))
+        .envs(adopted.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .output()
+        .expect("run outbox-relay migrate");
+    assert_eq!(
+        bare.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&bare.stderr)
+    );
+    adopted
+        .db
+        .exec(
+            "INSERT INTO outboxevent SELECT gen_random_uuid(), 'order', 'o' || g, 'T', '{}'
+             FROM generate_series(1, 25) g",
+        )
+        .await;
+    let relay = RelayProc::spawn_with_config("r1", &adopted.env, &adopted.config);
+    adopted
+        .db
+        .wait_published("outbox.event.order", 25, Duration::from_secs(60))
+        .await;
+    assert_eq!(
+        adopted.redis.entries("outbox.event.order").await.len(),
+        25,
+        "every row inserted after the bare migrate is published"
+    );
+    drop(relay);
 }
 
 #[tokio::test(flavor = "multi_thread")]
