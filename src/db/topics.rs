@@ -250,6 +250,36 @@ pub async fn register(
     Ok(())
 }
 
+/// [`register`] for several topics in one statement, inside the claim transaction that
+/// publishes their first events: a topic is in the registry once any of its events has been
+/// published, whatever happens to the replica afterwards. Sorted, so that two replicas
+/// registering the same new topics take their index entries in one order.
+pub async fn register_all(
+    conn: &mut AsyncPgConnection,
+    topics: &[(String, u32)],
+) -> Result<(), DbError> {
+    let mut sorted: Vec<&(String, u32)> = topics.iter().collect();
+    sorted.sort();
+    let names: Vec<&str> = sorted.iter().map(|(t, _)| t.as_str()).collect();
+    let partitions: Vec<i32> = sorted
+        .iter()
+        .map(|(_, p)| i32::try_from(*p).unwrap_or(1))
+        .collect();
+    prepared(
+        diesel::sql_query(
+            "INSERT INTO outbox_topics (topic, partitions)
+             SELECT topic, partitions FROM unnest($1::text[], $2::int[]) AS t (topic, partitions)
+             ORDER BY topic
+             ON CONFLICT DO NOTHING",
+        )
+        .bind::<Array<Text>, _>(names)
+        .bind::<Array<Integer>, _>(partitions),
+    )
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
 /// A topic whose configured partition count differs from the recorded one.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PartitionMismatch {

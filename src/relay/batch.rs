@@ -16,7 +16,7 @@
 //! the dispatchers' outcomes matched back to the rows they came from ([`settle`]). No database
 //! and no Redis there, so every way a publish can end is unit-tested on made-up outcomes.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -437,8 +437,6 @@ pub struct Settled<'a> {
     pub deferred: usize,
     /// Some events must stay pending (failed or not attempted).
     pub unsettled: bool,
-    /// Appended now: a redo of an overlapped cycle must count them as its own.
-    pub appended: HashSet<Uuid>,
     /// Topics whose publish failed as a whole (their Redis node unreachable): their rows wait,
     /// no attempt counted, while the other topics' outcomes are settled.
     pub postponed: Vec<Postponed<'a>>,
@@ -467,13 +465,10 @@ pub struct Mismatch {
 /// What one topic's dispatcher answered.
 pub type TopicResult = Result<Vec<(Uuid, Outcome)>, TopicOutage>;
 
-/// Matches each topic's outcomes to its rows. `appended_before` holds the events this cycle's
-/// own rolled-back attempt appended: found again, they count as published, not duplicates.
-/// A topic whose publish failed as a whole is postponed, all its rows.
+/// Matches each topic's outcomes to its rows. A topic whose publish failed as a whole is postponed, all its rows.
 pub fn settle<'a>(
     rows: impl IntoIterator<Item = (&'a str, &'a [Row])>,
     results: Vec<TopicResult>,
-    appended_before: &HashSet<Uuid>,
     now: DateTime<Utc>,
 ) -> Result<Settled<'a>, Mismatch> {
     let mut settled = Settled::default();
@@ -502,15 +497,10 @@ pub fn settle<'a>(
         for ((id, outcome), row) in outcomes.into_iter().zip(rows) {
             match outcome {
                 Outcome::Published => {
-                    settled.appended.insert(id);
                     published += 1;
                     settled
                         .latencies
                         .push((now - row.created_at).to_std().unwrap_or_default());
-                    settled.done.push(&row.ctid);
-                }
-                Outcome::Duplicate if appended_before.contains(&id) => {
-                    published += 1;
                     settled.done.push(&row.ctid);
                 }
                 Outcome::Duplicate => {
@@ -609,7 +599,6 @@ mod settle_tests {
         let s = settle(
             [("a", a.as_slice()), ("b", b.as_slice())],
             outcomes,
-            &HashSet::new(),
             Utc::now(),
         )
         .expect("as many outcomes as events");
@@ -622,28 +611,6 @@ mod settle_tests {
         assert_eq!(s.faults[0].id, ids[2]);
         assert_eq!(s.faults[0].attempts, 2, "attempts before this one");
         assert_eq!(s.latencies.len(), 2);
-        assert_eq!(s.appended, HashSet::from([ids[0], ids[4]]));
-    }
-
-    #[test]
-    fn a_redo_counts_its_own_appends_as_published() {
-        let a = rows(&["a1", "a2"]);
-        let mine = Uuid::new_v4();
-        let outcomes = vec![Ok(vec![
-            (mine, Outcome::Duplicate),
-            (Uuid::new_v4(), Outcome::Duplicate),
-        ])];
-        let s = settle(
-            [("a", a.as_slice())],
-            outcomes,
-            &HashSet::from([mine]),
-            Utc::now(),
-        )
-        .expect("settles");
-        assert_eq!(s.published.get("a"), Some(&1));
-        assert_eq!(s.duplicates, 1);
-        assert!(!s.unsettled);
-        assert_eq!(s.done, ["a1", "a2"]);
     }
 
     #[test]
@@ -664,7 +631,6 @@ mod settle_tests {
                 ]),
                 Err(outage),
             ],
-            &HashSet::new(),
             Utc::now(),
         )
         .expect("settles");
@@ -676,14 +642,13 @@ mod settle_tests {
         assert_eq!(s.postponed[0].topic, "b");
         assert_eq!(s.postponed[0].ctids, ["b1", "b2", "b3"]);
         assert_eq!(s.postponed[0].outage.retry_in, Duration::from_millis(400));
-        assert_eq!(s.appended, HashSet::from([published]));
     }
 
     #[test]
     fn a_short_answer_is_refused() {
         let a = rows(&["a1", "a2"]);
         let outcomes = vec![Ok(vec![(Uuid::new_v4(), Outcome::Published)])];
-        let err = settle([("a", a.as_slice())], outcomes, &HashSet::new(), Utc::now())
+        let err = settle([("a", a.as_slice())], outcomes, Utc::now())
             .expect_err("one outcome for two events");
         assert_eq!(err.to_string(), "1 outcomes for 2 events of a");
     }

@@ -15,25 +15,25 @@
 //! counted, and the rest of the batch commits. On one Redis server, where every topic shares
 //! the outage, a batch whose every topic failed rolls back as a whole.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
 use diesel_async::AsyncPgConnection;
 use futures::future::join_all;
-use uuid::Uuid;
 
 use super::batch::{self, claim_chains, Claim, Row, Settled, TopicResult};
 use super::dispatcher::Topics;
 use super::gate::PublishGate;
 use super::messages::Publish;
 use super::overlap::Overlap;
+use super::registrar::Registered;
 use super::repair::{self, RepairSettings};
 use super::retry;
 use super::slots::SlotGate;
 use crate::config::RetrySettings;
 use crate::db::outbox::{self, BatchLimits, Failure};
-use crate::db::{Db, DbConn, DbError};
+use crate::db::{Db, DbError};
 use crate::publish::PublishError;
 use crate::relay::sizing::SizeHint;
 
@@ -44,6 +44,8 @@ pub struct CycleDeps {
     pub db: Db,
     /// The topic registry: each topic's dispatcher.
     pub topics: Topics,
+    /// The topics this replica has recorded in `outbox_topics`.
+    pub registered: Registered,
     /// Whether anything may be sent to Redis now.
     pub gate: PublishGate,
     /// What repairing a stream that lost entries needs.
@@ -92,6 +94,8 @@ pub struct CycleReport {
     /// Some topics' events were postponed after an outage of their own; the soonest of them
     /// comes due after this.
     pub postponed_for: Option<Duration>,
+    /// Topics this cycle recorded in `outbox_topics` (their first batch on this replica).
+    pub registered: Vec<String>,
 }
 
 impl CycleReport {
@@ -137,8 +141,9 @@ impl From<diesel::result::Error> for CycleError {
 
 /// Claims, publishes and records one batch.
 ///
-/// With overlap allowed (see [`Overlap`]) the mark runs beside the publish; if an event then
-/// fails, that transaction rolls back and the batch is redone publish-first.
+/// With overlap allowed (see [`Overlap`]) the mark runs beside the publish, after a savepoint;
+/// if an event then fails, only the mark is undone and the outcomes are settled the careful
+/// way in the same transaction, with the batch's rows still locked.
 pub async fn run_once(deps: &CycleDeps) -> Result<CycleReport, CycleError> {
     super::faults::panic_at("cycle-panic");
     super::faults::stall_at("cycle-stall").await;
@@ -149,59 +154,16 @@ pub async fn run_once(deps: &CycleDeps) -> Result<CycleReport, CycleError> {
     }
     let started = Instant::now();
     let mut conn = deps.db.conn().await?;
-    let first = attempt(&mut conn, deps, deps.overlap.allowed(), &HashSet::new()).await;
-    let mut report = match first {
-        Ok(report) => report,
-        Err(Attempt::Failed(error)) => return Err(error),
-        Err(Attempt::Redo(appended)) => {
-            deps.overlap.be_careful();
-            tracing::debug!(
-                appended = appended.len(),
-                "an event failed in an overlapped cycle: rolled back, publishing first"
-            );
-            match attempt(&mut conn, deps, false, &appended).await {
-                Ok(report) => report,
-                Err(Attempt::Failed(error)) => return Err(error),
-                // Only an overlapped attempt asks for a redo, and this one is not overlapped:
-                // should it ever, the batch is rolled back and claimed again, as after an outage.
-                Err(Attempt::Redo(_)) => {
-                    return Err(PublishError::Outage(
-                        "a publish-first attempt asked for a redo".into(),
-                    )
-                    .into())
-                }
-            }
-        }
-    };
-    report.elapsed = started.elapsed();
-    Ok(report)
-}
-
-/// Why one transaction of a cycle ended without committing.
-#[derive(Debug)]
-enum Attempt {
-    /// Rolled back for a reason that is nobody's fault.
-    Failed(CycleError),
-    /// An overlapped mark met a failing event; these events were appended before the rollback.
-    Redo(HashSet<Uuid>),
-}
-
-impl<E: Into<CycleError>> From<E> for Attempt {
-    fn from(e: E) -> Self {
-        Attempt::Failed(e.into())
-    }
-}
-
-async fn attempt(
-    conn: &mut DbConn<'_>,
-    deps: &CycleDeps,
-    overlap: bool,
-    appended: &HashSet<Uuid>,
-) -> Result<CycleReport, Attempt> {
+    let overlap = deps.overlap.allowed();
     // The transaction sets the lease as its own timeouts (`Session::begin_sql`): also through
     // a transaction pooler, Postgres ends it when this replica hangs inside it.
-    conn.transaction::<_, Attempt, _>(async |c| claim_and_publish(c, deps, overlap, appended).await)
-        .await
+    let mut report = conn
+        .transaction::<_, CycleError, _>(async |c| claim_and_publish(c, deps, overlap).await)
+        .await?;
+    deps.registered
+        .insert_all(std::mem::take(&mut report.registered));
+    report.elapsed = started.elapsed();
+    Ok(report)
 }
 
 /// The stages, in the cycle's transaction.
@@ -209,8 +171,7 @@ async fn claim_and_publish(
     c: &mut AsyncPgConnection,
     deps: &CycleDeps,
     overlap: bool,
-    appended: &HashSet<Uuid>,
-) -> Result<CycleReport, Attempt> {
+) -> Result<CycleReport, CycleError> {
     let mut report = CycleReport::default();
     if !deps.slots.admit(c).await? {
         // Other claimers fill every slot: they drain the backlog; this one waits for a wake.
@@ -259,9 +220,10 @@ async fn claim_and_publish(
         ));
         rows.push((share.topic, share.rows));
     }
+    register_new_topics(c, deps, &calls, &mut report).await?;
     if let Some(held) = deps.gate.held() {
         // Held since the cycle began: nothing is sent, the batch rolls back.
-        return Err(CycleError::Redis(PublishError::Outage(held)).into());
+        return Err(CycleError::Redis(PublishError::Outage(held)));
     }
     let (standbys, timeout) = deps.standbys;
     if standbys > 0 {
@@ -272,25 +234,47 @@ async fn claim_and_publish(
                 "fewer than {standbys} standby(s) flushed the WAL to the batch's claim within {timeout:?} (database.wait_standbys): the batch goes back to pending, no attempt spent"
             ));
             crate::telemetry::wait_standbys_timed_out(&error);
-            return Err(CycleError::Postgres(error).into());
+            return Err(CycleError::Postgres(error));
         }
         crate::telemetry::wait_standbys_met();
     }
     let results = publish(c, deps, calls, overlap.then_some(&rows)).await?;
     let results = repair::stage(deps.topics.publisher(), &deps.db, deps.repair, results).await;
     if let Some(outage) = whole_outage(deps, &results) {
-        return Err(CycleError::Redis(outage).into());
+        return Err(CycleError::Redis(outage));
     }
     let settled = batch::settle(
         rows.iter()
             .map(|(topic, rows)| (topic.as_str(), rows.as_slice())),
         results,
-        appended,
         Utc::now(),
     )
     .map_err(|e| CycleError::Redis(PublishError::Outage(e.to_string())))?;
     apply(c, deps, overlap, settled, &mut report).await?;
     Ok(report)
+}
+
+/// Records in `outbox_topics`, in this transaction, the batch's topics this replica has not
+/// registered yet: once their events are published, every replica's first scrape has them.
+async fn register_new_topics(
+    c: &mut AsyncPgConnection,
+    deps: &CycleDeps,
+    calls: &[(String, Publish)],
+    report: &mut CycleReport,
+) -> Result<(), DbError> {
+    let new: Vec<(String, u32)> = deps
+        .registered
+        .missing(calls.iter().map(|(topic, _)| topic.as_str()))
+        .into_iter()
+        .filter_map(|topic| calls.iter().find(|(t, _)| t == topic))
+        .map(|(topic, publish)| (topic.clone(), publish.partitions))
+        .collect();
+    if new.is_empty() {
+        return Ok(());
+    }
+    crate::db::topics::register_all(c, &new).await?;
+    report.registered = new.into_iter().map(|(topic, _)| topic).collect();
+    Ok(())
 }
 
 /// On one Redis server, a batch whose every topic met an outage met Redis's: the cycle rolls
@@ -306,8 +290,8 @@ fn whole_outage(deps: &CycleDeps, results: &[TopicResult]) -> Option<PublishErro
 }
 
 /// The publish stage: each topic's share through its dispatcher, all topics at once. With
-/// `overlap_rows`, every row is marked published beside the publish. A topic's outage is its
-/// result; only the mark's failure fails the stage.
+/// `overlap_rows`, every row is marked published beside the publish, after a savepoint. A
+/// topic's outage is its result; only the mark's failure fails the stage.
 async fn publish(
     c: &mut AsyncPgConnection,
     deps: &CycleDeps,
@@ -323,6 +307,7 @@ async fn publish(
                 .iter()
                 .flat_map(|(_, rows)| rows.iter().map(|r| r.ctid.as_str()))
                 .collect();
+            outbox::before_overlapped_mark(c).await?;
             let (results, marked) = futures::join!(join_all(calls), mark(c, deps, &all));
             marked?;
             Ok(results)
@@ -339,13 +324,20 @@ async fn apply(
     overlap: bool,
     settled: Settled<'_>,
     report: &mut CycleReport,
-) -> Result<(), Attempt> {
-    if overlap {
-        if settled.unsettled {
-            // The mark also covered events that must stay pending: roll it all back.
-            return Err(Attempt::Redo(settled.appended));
-        }
-    } else {
+) -> Result<(), CycleError> {
+    if overlap && settled.unsettled {
+        // The overlapped mark also covered events that must stay pending: undo it alone. The
+        // rows stay locked by this transaction, so no other worker or replica can claim them
+        // and take this cycle's appends for a crash's.
+        outbox::undo_overlapped_mark(c).await?;
+        deps.overlap.be_careful();
+        tracing::debug!(
+            failed = settled.failed,
+            deferred = settled.deferred,
+            "an event failed in an overlapped cycle: its mark undone, publishing first for a while"
+        );
+    }
+    if !overlap || settled.unsettled {
         mark(c, deps, &settled.done).await?;
     }
     let failures = retry::plan_all(&deps.retry, settled.faults, rand::random::<f64>);

@@ -107,7 +107,14 @@ pub fn start(wiring: Wiring<'_>) -> RelayHandle {
         watched.clone(),
     );
     let gate = PublishGate::new(settings.redis.wait_fsync);
-    let claimer = start_claiming(&wiring, &topics, &gate, throughput.clone(), &watched);
+    let registered = registrar::Registered::default();
+    let claimer = start_claiming(
+        &wiring,
+        (&topics, &registered),
+        &gate,
+        throughput.clone(),
+        &watched,
+    );
     let heartbeat = Heartbeat {
         db: wiring.db.clone(),
         instance_id: wiring.settings.instance_id(),
@@ -116,7 +123,13 @@ pub fn start(wiring: Wiring<'_>) -> RelayHandle {
         leaving: Arc::default(),
         throughput,
     };
-    start_periodic(&wiring, &topics, &gate, heartbeat.clone(), &watched);
+    start_periodic(
+        &wiring,
+        (&topics, registered),
+        &gate,
+        heartbeat.clone(),
+        &watched,
+    );
     RelayHandle {
         claimer,
         heartbeat,
@@ -128,7 +141,7 @@ pub fn start(wiring: Wiring<'_>) -> RelayHandle {
 /// and (unless polling only) the listener that wakes it.
 fn start_claiming(
     wiring: &Wiring<'_>,
-    topics: &Topics,
+    (topics, registered): (&Topics, &registrar::Registered),
     gate: &PublishGate,
     throughput: Arc<Throughput>,
     watched: &Watched,
@@ -137,6 +150,7 @@ fn start_claiming(
     let deps = CycleDeps {
         db: wiring.db.clone(),
         topics: topics.clone(),
+        registered: registered.clone(),
         gate: gate.clone(),
         repair: repair::RepairSettings {
             kept_for: settings.retention.published_for,
@@ -185,7 +199,7 @@ fn start_claiming(
 /// sweeper.
 fn start_periodic(
     wiring: &Wiring<'_>,
-    topics: &Topics,
+    (topics, registered): (&Topics, registrar::Registered),
     gate: &PublishGate,
     heartbeat: Heartbeat,
     watched: &Watched,
@@ -245,7 +259,7 @@ fn start_periodic(
         watched,
     );
     periodic(
-        registrar::TopicRegistrar::new(wiring.db.clone(), topics.clone()),
+        registrar::TopicRegistrar::new(wiring.db.clone(), topics.clone(), registered),
         watched,
     );
     periodic(

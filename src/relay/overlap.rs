@@ -2,12 +2,12 @@
 //!
 //! A cycle spends about as long in Redis as in the mark that follows it. Running the mark
 //! beside the scripts, in the same transaction, hides the shorter of the two. That is only
-//! right when every event reaches its stream: an event that fails must stay pending. So an
-//! overlapped cycle that meets a failing event rolls back (the appended events stay in Redis,
-//! and the dedup turns their second publish into a no-op) and is redone the careful way,
-//! publish first, then mark what reached its stream. After such a failure the relay stays
-//! careful for a while: a poisoned batch is usually followed by more of the same, and each redo
-//! costs a publish.
+//! right when every event reaches its stream: an event that fails must stay pending. So the
+//! overlapped mark runs after a savepoint; a cycle that meets a failing event undoes the mark
+//! alone and marks what reached its stream, keeping its row locks (so nobody else claims the
+//! batch and finds this cycle's appends in the stream). After such a failure the relay stays
+//! careful for a while, marking after the publish: a poisoned batch is usually followed by
+//! more of the same, and each undone mark is a wasted write.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

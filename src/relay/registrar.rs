@@ -1,7 +1,10 @@
 //! The topic registrar: records each topic this replica has met in `outbox_topics` (the
-//! registry the admin lists and every replica's metrics start from), once, every second for
-//! the topics new since. Beside the publishes, never in their way: a topic is published
-//! whether or not it is registered yet.
+//! registry the admin lists and every replica's metrics start from), once. A claim cycle
+//! registers the topics of its batch that this replica has not registered yet, in its own
+//! transaction ([`Registered::missing`]), so that no topic is ever published without being
+//! registered (a replica killed a moment after a first publish included); the periodic job
+//! registers, every second, the topics met otherwise (a repartition, a topic whose publish
+//! rolled back).
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -26,44 +29,65 @@ pub struct TopicRegistrar {
     /// The topics met.
     pub topics: Topics,
     /// Those registered by this replica.
-    pub registered: Arc<Mutex<HashSet<String>>>,
+    pub registered: Registered,
 }
 
 impl TopicRegistrar {
-    /// A registrar that has registered nothing yet.
-    pub fn new(db: Db, topics: Topics) -> Self {
+    /// A registrar sharing `registered` with the claim cycles.
+    pub fn new(db: Db, topics: Topics, registered: Registered) -> Self {
         TopicRegistrar {
             db,
             topics,
-            registered: Arc::default(),
+            registered,
         }
+    }
+}
+
+/// The topics this replica has registered, shared by the claim cycles and the periodic job;
+/// cheap to clone.
+#[derive(Clone, Debug, Default)]
+pub struct Registered(Arc<Mutex<HashSet<String>>>);
+
+impl Registered {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
+        // A poisoned lock only means a panic while inserting: the set is still whole.
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Of `topics`, those not registered yet by this replica.
+    pub fn missing<'a>(&self, topics: impl IntoIterator<Item = &'a str>) -> Vec<&'a str> {
+        let registered = self.lock();
+        topics
+            .into_iter()
+            .filter(|t| !registered.contains(*t))
+            .collect()
+    }
+
+    /// Whether `topic` is registered by this replica.
+    pub fn contains(&self, topic: &str) -> bool {
+        self.lock().contains(topic)
+    }
+
+    /// Records topics whose registration committed.
+    pub fn insert_all(&self, topics: impl IntoIterator<Item = String>) {
+        self.lock().extend(topics);
     }
 }
 
 /// Registers the topics met and not registered yet; returns how many it registered.
 pub async fn run_once(registrar: TopicRegistrar) -> Result<usize, DbError> {
-    let new: Vec<_> = {
-        let registered = registrar
-            .registered
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        registrar
-            .topics
-            .seen()
-            .into_iter()
-            .filter(|seen| !registered.contains(&seen.topic))
-            .collect()
-    };
+    let new: Vec<_> = registrar
+        .topics
+        .seen()
+        .into_iter()
+        .filter(|seen| !registrar.registered.contains(&seen.topic))
+        .collect();
     for seen in &new {
         registrar
             .db
             .unit(async |c| topics::register(c, &seen.topic, seen.partitions).await)
             .await?;
-        registrar
-            .registered
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(seen.topic.clone());
+        registrar.registered.insert_all([seen.topic.clone()]);
     }
     Ok(new.len())
 }

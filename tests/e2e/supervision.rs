@@ -214,6 +214,45 @@ async fn every_contract_metric_is_in_the_first_scrape() {
     }
 }
 
+/// A topic another process published (its registry row written by that relay, not by hand)
+/// is in this process's first scrape, before it publishes anything itself; so are the
+/// sampled gauges, before their first sample.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_topic_published_before_this_process_started_is_in_its_first_scrape() {
+    let db = TestDb::new().await;
+    let redis = TestRedis::shared();
+    let env = base_env(&db, &redis);
+    let (_dir, config) = config_file("[[topics]]\nname = \"parks\"\npark_on_dead = true\n");
+    insert_events(&db, Events::varied().n(1..=20).topics(2)).await;
+    let earlier = RelayProc::spawn_with_config("earlier", &env, &config);
+    db.wait_until_published(Duration::from_secs(20)).await;
+    drop(earlier);
+    let published: i64 = db.scalar("SELECT count(*) FROM outbox_topics").await;
+    assert!(published >= 2, "the earlier relay registered its topics");
+    for round in 0..3 {
+        let relay = RelayProc::spawn_with_config(&format!("later-{round}"), &env, &config);
+        relay
+            .http()
+            .wait_status("/healthz", 200, Duration::from_secs(20))
+            .await;
+        let scrape = relay.http().metrics();
+        for line in [
+            "outbox_events_published_total{topic=\"t0\"} 0",
+            "outbox_events_published_total{topic=\"t1\"} 0",
+            "# TYPE outbox_postgres_standbys gauge",
+            "# TYPE outbox_postgres_standby_lag_bytes gauge",
+            "# TYPE outbox_redis_memory_ratio gauge",
+            "outbox_redis_memory_held 0",
+            "outbox_parked_events{topic=\"parks\"} 0",
+        ] {
+            assert!(
+                scrape.contains(line),
+                "first scrape of round {round} lacks {line}:\n{scrape}"
+            );
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn every_metric_has_a_help_line_beside_the_build_and_process_metrics() {
     let db = TestDb::new().await;

@@ -381,6 +381,27 @@ pub async fn mark_published(
     .await
 }
 
+/// Opens the savepoint an overlapped mark runs after: should an event of the batch fail, only
+/// the mark is undone ([`undo_overlapped_mark`]), and the batch's row locks, taken before it,
+/// are kept.
+pub async fn before_overlapped_mark(conn: &mut AsyncPgConnection) -> Result<(), DbError> {
+    prepared(diesel::sql_query("SAVEPOINT outbox_overlapped_mark"))
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+/// Undoes the overlapped mark back to [`before_overlapped_mark`]'s savepoint. The rows are
+/// again as claimed, at the same `ctid`s, still locked by this transaction.
+pub async fn undo_overlapped_mark(conn: &mut AsyncPgConnection) -> Result<(), DbError> {
+    prepared(diesel::sql_query(
+        "ROLLBACK TO SAVEPOINT outbox_overlapped_mark",
+    ))
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
 /// Deletes events that reached their stream (retention `published_for = 0s`), by the
 /// `ctid`s this transaction locked them at.
 pub async fn delete_published(
