@@ -293,3 +293,31 @@ impl RelayHandle {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::periodic::Job;
+    use super::*;
+
+    /// `outbox_job_failures_total` has a series for each job from the first scrape.
+    #[test]
+    fn every_job_counts_its_failures_from_the_first_scrape() {
+        for actor in [
+            Cleaner::ACTOR,
+            Heartbeat::ACTOR,
+            stats::BacklogSampler::ACTOR,
+            groups::GroupKeeper::ACTOR,
+            readiness::ReadinessCheck::ACTOR,
+            marks::MarksKeeper::ACTOR,
+            registrar::TopicRegistrar::ACTOR,
+            sweeper::DedupSweeper::ACTOR,
+            ActorName::Listener,
+        ] {
+            assert!(
+                crate::telemetry::JOBS.contains(&actor),
+                "{} has no failure series at start",
+                actor.as_str()
+            );
+        }
+    }
+}

@@ -27,8 +27,9 @@ const LATENCY_BUCKETS: &[f64] = &[
 
 /// The jobs whose failures are counted (`outbox_job_failures_total{task}`): the periodic
 /// actors and the listener.
-const JOBS: [ActorName; 8] = [
+pub(crate) const JOBS: [ActorName; 9] = [
     ActorName::Listener,
+    ActorName::Marks,
     ActorName::Registrar,
     ActorName::Sweeper,
     ActorName::Retention,
