@@ -48,12 +48,12 @@ pub async fn page(
                             td { (layout::time(&r.at)) }
                             td { code { (r.who) } }
                             td { strong { (r.action) } }
-                            td {
+                            td.id {
                                 @if uuid::Uuid::parse_str(&r.target).is_ok() {
                                     a.mono href={ "/events/" (r.target) } { (r.target) }
                                 } @else { code { (r.target) } }
                             }
-                            td.hide-sm { code { (r.detail.to_string()) } }
+                            td.hide-sm.detail { code { (r.detail.to_string()) } }
                         }
                     }
                     @if rows.is_empty() { tr { td.empty colspan="5" { "Nothing was changed yet." } } }

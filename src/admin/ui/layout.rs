@@ -23,6 +23,8 @@ pub enum Nav {
     Streams,
     /// `/replicas`
     Replicas,
+    /// `/replay`
+    Replay,
     /// `/audit`
     Audit,
 }
@@ -33,6 +35,7 @@ const NAV: &[(Nav, &str, &str)] = &[
     (Nav::Dead, "/dead", "Dead letters"),
     (Nav::Streams, "/streams", "Streams"),
     (Nav::Replicas, "/replicas", "Replicas"),
+    (Nav::Replay, "/replay", "Replay"),
     (Nav::Audit, "/audit", "Audit"),
 ];
 

@@ -59,9 +59,9 @@ pub async fn page(
             p.flash #replayed role="status" { (n) " event(s) of " b { (q.topic) } " will be published again." }
         }
         form.panel.filters method="get" action="/replay" {
-            label { "Topic " input name="topic" value=(q.topic) required; }
-            label { "Published since " input name="since" value=(q.since) placeholder="15m or 2026-12-04T10:00:00Z" required; }
-            label { "until " input name="until" value=(q.until) placeholder="now"; }
+            label { "Topic" input type="text" name="topic" value=(q.topic) required; }
+            label { "Published since" input type="text" name="since" value=(q.since) placeholder="15m or 2026-12-04T10:00:00Z" required; }
+            label { "until" input type="text" name="until" value=(q.until) placeholder="now"; }
             button type="submit" { "Count" }
         }
         p.muted { "A time is RFC 3339 or a duration meaning that long ago. The events go out again as new entries, in their original order, each key after what was already waiting on it." }
@@ -88,7 +88,7 @@ pub async fn page(
     Ok(layout::page(
         &req,
         &session,
-        Nav::Overview,
+        Nav::Replay,
         "Replay",
         content,
     ))

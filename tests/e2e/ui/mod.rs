@@ -7,4 +7,5 @@
 mod actions;
 pub mod browser;
 mod login;
+mod pages;
 mod screenshots;
