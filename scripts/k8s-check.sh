@@ -116,7 +116,7 @@ for overlay in $OVERLAYS; do
   validate "$rendered"
   check_py overlay "$rendered" || failed=1
   # The config file against the binary's own rules, when a built binary is at hand (make test
-  # builds target/debug/outbox-relay after this check; OUTBOX_RELAY_BIN names another). migrate
+  # builds target/debug/outbox-relay before this check; OUTBOX_RELAY_BIN names another). migrate
   # loads and validates every setting before it connects: exit 2 is a bad setting, exit 1 the
   # refused connection to a closed loopback port that follows an accepted file.
   bin=${OUTBOX_RELAY_BIN:-}

