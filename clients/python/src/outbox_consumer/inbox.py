@@ -1,0 +1,240 @@
+"""The inbox (docs/protocol.md, "The inbox"): exactly-once effects on top of at-least-once
+delivery. For each entry, one Postgres transaction records ``(group, event id)`` in
+``outbox_inbox`` and runs your effect on the same connection; a redelivered entry finds its
+row and skips the effect. On a partitioned topic the transaction also checks, last before its
+commit, that the partition's fence in ``outbox_inbox_fences`` still holds this consumer's
+lease epoch (``FOR SHARE``), so a consumer that lost its partition cannot commit.
+
+The inbox's own database failures (no connection, the inbox statement, the commit) are
+outages: retried without spending a delivery. What your effect raises counts as its kind says.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from importlib import resources
+from typing import Any
+
+import psycopg
+from psycopg_pool import AsyncConnectionPool
+
+from .entry import Entry
+from .errors import Fenced, HandlerError, Outage, Retry
+
+log = logging.getLogger("outbox_consumer.inbox")
+
+#: An effect: runs inside the inbox's transaction on ``conn``.
+Effect = Callable[[psycopg.AsyncConnection[Any], Entry], Awaitable[None]]
+
+#: Advisory lock key held while creating the tables ("inbox-dd" in ASCII), as the Rust library.
+DDL_LOCK = 0x696E626F782D6464
+#: How long a fenced transaction may sit idle before Postgres ends it.
+FENCED_IDLE_TIMEOUT = "30s"
+#: Rows deleted per retention statement.
+RETENTION_BATCH = 1000
+
+
+def _sql(name: str) -> str:
+    folder = resources.files("outbox_consumer").joinpath("protocol").joinpath("sql")
+    return folder.joinpath(name).read_text("utf-8")
+
+
+#: The tables' DDL: the same files as the Rust library's ``consumer/sql``.
+TABLE_SQL = _sql("inbox.sql")
+FENCES_SQL = _sql("inbox_fences.sql")
+
+_INSERT = (
+    "INSERT INTO outbox_inbox (consumer_group, event_id, topic) VALUES (%s, %s, %s) "
+    "ON CONFLICT DO NOTHING"
+)
+_INSERT_FENCED = (
+    "INSERT INTO outbox_inbox (consumer_group, event_id, topic) "
+    "SELECT %s, %s, %s FROM (SELECT set_config('idle_in_transaction_session_timeout', %s, true))"
+    " AS s ON CONFLICT DO NOTHING"
+)
+_READ_FENCE = (
+    "SELECT epoch FROM outbox_inbox_fences "
+    "WHERE consumer_group = %s AND topic = %s AND partition = %s"
+)
+_RAISE_FENCE = (
+    "INSERT INTO outbox_inbox_fences (consumer_group, topic, partition, epoch) "
+    "VALUES (%s, %s, %s, %s) ON CONFLICT (consumer_group, topic, partition) DO UPDATE "
+    "SET epoch = EXCLUDED.epoch, raised_at = now() "
+    "WHERE outbox_inbox_fences.epoch < EXCLUDED.epoch"
+)
+_CHECK_FENCE = (
+    "SELECT epoch FROM outbox_inbox_fences "
+    "WHERE consumer_group = %s AND topic = %s AND partition = %s FOR SHARE"
+)
+_DELETE_OLD = (
+    "DELETE FROM outbox_inbox WHERE consumer_group = %s AND event_id IN ("
+    "SELECT event_id FROM outbox_inbox WHERE consumer_group = %s "
+    "AND processed_at < now() - make_interval(secs => %s) ORDER BY processed_at LIMIT %s)"
+)
+
+
+async def ensure_table(conn: psycopg.AsyncConnection[Any]) -> None:
+    """Creates ``outbox_inbox`` and ``outbox_inbox_fences`` if missing (the same SQL as the
+    relay's ``migrate``), under an advisory lock so consumers starting together do not race."""
+    async with conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock(%s)", (DDL_LOCK,))
+        await conn.execute(TABLE_SQL.encode())
+        await conn.execute(FENCES_SQL.encode())
+
+
+def _fenced(topic: str, partition: int, epoch: int, fence: int) -> Fenced:
+    return Fenced(
+        f"inbox: partition {partition} of `{topic}` is fenced at epoch {fence}, above this "
+        f"consumer's {epoch}: a newer owner holds it"
+    )
+
+
+class _EffectFailed(Exception):
+    def __init__(self, inner: BaseException) -> None:
+        super().__init__(str(inner))
+        self.inner = inner
+
+
+async def raise_fence(
+    conn: psycopg.AsyncConnection[Any], group: str, topic: str, partition: int, epoch: int
+) -> int:
+    """Raises the fence of ``topic``'s partition for ``group`` to ``epoch`` unless it is there
+    or higher (a plain read first); returns the fence's epoch afterwards."""
+    async with conn.transaction():
+        row = await (await conn.execute(_READ_FENCE, (group, topic, partition))).fetchone()
+        fence = int(row[0]) if row else 0
+        if fence >= epoch:
+            return fence
+        await conn.execute(_RAISE_FENCE, (group, topic, partition, epoch))
+        row = await (await conn.execute(_READ_FENCE, (group, topic, partition))).fetchone()
+        return int(row[0]) if row else 0
+
+
+async def apply_once(
+    conn: psycopg.AsyncConnection[Any], group: str, entry: Entry, effect: Effect
+) -> bool:
+    """In one transaction on ``conn``: records ``entry`` in the inbox and, unless it was there,
+    runs ``effect``; with a lease, checks the fence last. True when the effect ran. Raises
+    :class:`Outage` for the inbox's own database failures, :class:`Fenced` when a newer owner
+    raised the fence, and what ``effect`` raised (rolled back)."""
+    try:
+        return await _apply(conn, group, entry, effect)
+    except _EffectFailed as e:
+        raise e.inner from None
+
+
+async def _apply(
+    conn: psycopg.AsyncConnection[Any], group: str, entry: Entry, effect: Effect
+) -> bool:
+    """:func:`apply_once`, the effect's exception wrapped in :class:`_EffectFailed`.
+
+    In one transaction on ``conn``: records ``entry`` in the inbox and, unless it was there,
+    runs ``effect``; with a lease, checks the fence last. True when the effect ran. Raises
+    :class:`Outage` for the inbox's own database failures, :class:`Fenced` when a newer owner
+    raised the fence, and what ``effect`` raised (rolled back)."""
+    try:
+        async with conn.transaction():
+            if entry.lease is None:
+                cur = await conn.execute(_INSERT, (group, entry.id, entry.topic))
+            else:
+                cur = await conn.execute(
+                    _INSERT_FENCED, (group, entry.id, entry.topic, FENCED_IDLE_TIMEOUT)
+                )
+            if cur.rowcount == 0:
+                return False
+            try:
+                await effect(conn, entry)
+            except Exception as e:
+                raise _EffectFailed(e) from e
+            if entry.lease is not None:
+                lease = entry.lease
+                row = await (
+                    await conn.execute(_CHECK_FENCE, (group, entry.topic, lease.partition))
+                ).fetchone()
+                fence = int(row[0]) if row else 0
+                if fence < lease.epoch:
+                    raise Retry(
+                        f"inbox: partition {lease.partition} of `{entry.topic}` was not fenced "
+                        f"at this consumer's epoch {lease.epoch}: raise the fence first"
+                    )
+                if fence != lease.epoch:
+                    raise _fenced(entry.topic, lease.partition, lease.epoch, fence)
+        return True
+    except (_EffectFailed, HandlerError):
+        raise
+    except (psycopg.Error, OSError) as e:
+        raise Outage(f"inbox: database error: {e}") from e
+
+
+class Inbox:
+    """A handler that runs ``effect`` once per event: in a transaction on a connection from
+    ``pool`` that also records the event in ``outbox_inbox``. Pass it to
+    :meth:`Consumer.run <outbox_consumer.Consumer.run>`. While the consumer runs, the group's
+    rows older than ``retention`` seconds are deleted every ``cleanup_interval`` seconds."""
+
+    def __init__(
+        self,
+        pool: AsyncConnectionPool[Any],
+        effect: Effect,
+        *,
+        retention: float = 7 * 24 * 3600.0,
+        cleanup_interval: float = 60.0,
+    ) -> None:
+        self.pool = pool
+        self.effect = effect
+        self.retention = retention
+        self.cleanup_interval = max(cleanup_interval, 0.001)
+        self._raised: dict[tuple[str, int], int] = {}
+
+    async def __call__(self, entry: Entry) -> None:
+        try:
+            async with self.pool.connection() as conn:
+                lease = entry.lease
+                if lease is not None:
+                    slot = (entry.topic, lease.partition)
+                    if self._raised.get(slot) != lease.epoch:
+                        try:
+                            fence = await raise_fence(
+                                conn, entry.group, entry.topic, lease.partition, lease.epoch
+                            )
+                        except (psycopg.Error, OSError) as e:
+                            raise Outage(f"inbox: raising the fence: {e}") from e
+                        if fence != lease.epoch:
+                            raise _fenced(entry.topic, lease.partition, lease.epoch, fence)
+                        self._raised[slot] = lease.epoch
+                applied = await _apply(conn, entry.group, entry, self.effect)
+                if not applied:
+                    log.debug("event %s already in the inbox: effect skipped", entry.id)
+        except _EffectFailed as e:
+            raise e.inner from None
+        except HandlerError:
+            raise
+        except (psycopg.Error, OSError) as e:  # no connection from the pool
+            raise Outage(f"inbox: no database connection: {e}") from e
+        except Exception as e:
+            if type(e).__module__.startswith("psycopg_pool"):
+                raise Outage(f"inbox: no database connection: {e}") from e
+            raise
+
+    async def maintain(self, group: str) -> None:
+        """The retention loop (run beside the consumer, cancelled when it stops)."""
+        last_error = 0.0
+        while True:
+            await asyncio.sleep(self.cleanup_interval)
+            try:
+                async with self.pool.connection() as conn:
+                    while True:
+                        cur = await conn.execute(
+                            _DELETE_OLD, (group, group, self.retention, RETENTION_BATCH)
+                        )
+                        await conn.commit()
+                        if cur.rowcount < RETENTION_BATCH:
+                            break
+            except Exception as e:
+                now = time.monotonic()
+                if now - last_error > 60:
+                    log.warning("inbox retention failed; retrying next round: %s", e)
+                    last_error = now
