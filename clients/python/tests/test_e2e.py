@@ -39,7 +39,7 @@ class World:
         self.prefix = prefix
         self.database = database
         self.procs: list[subprocess.Popen[bytes]] = []
-        self.redis = redis.Redis.from_url(REDIS_URL, decode_responses=True)
+        self.redis: Any = redis.Redis.from_url(REDIS_URL, decode_responses=True)
 
     def env(self, **extra: str) -> dict[str, str]:
         env = dict(os.environ)
@@ -120,9 +120,11 @@ class World:
             )
             for i in range(start, start + n)
         ]
-        with psycopg.connect(pg_url(self.database), autocommit=True) as conn:
-            with conn.cursor() as cur:
-                cur.executemany("SELECT outbox_enqueue(%s, %s::jsonb, %s)", rows)
+        with (
+            psycopg.connect(pg_url(self.database), autocommit=True) as conn,
+            conn.cursor() as cur,
+        ):
+            cur.executemany("SELECT outbox_enqueue(%s, %s::jsonb, %s)", rows)
 
     def wait(self, check: Any, timeout: float, what: str) -> None:
         deadline = time.monotonic() + timeout
