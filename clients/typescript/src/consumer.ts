@@ -136,7 +136,7 @@ export function newDelivery(raw: RawEntry, topic: string | undefined, group: str
     parsed.deliveries = delivery;
     parsed.group = group;
   } catch (e) {
-    parsed = e instanceof EntryError ? e : new EntryError("missing", "", String(e));
+    parsed = e instanceof EntryError ? e : new EntryError("missing_field", "", String(e));
   }
   const key = parsed instanceof EntryError ? keyField(raw) : parsed.key;
   return {

@@ -75,16 +75,17 @@ export interface Entry {
 
 /** Why a field is not what the relay writes: the code names the case. */
 export type EntryErrorCode =
-  | "missing"
+  | "missing_field"
   | "not_text"
-  | "id"
-  | "json"
-  | "created_at"
-  | "cloudevent"
-  | "cloudevent_id";
-
-/** Why a `cloudevent` field is not a CloudEvent this library reads. */
-export type CloudEventErrorCode = "json" | "missing" | "version" | "time" | "binary";
+  | "bad_id"
+  | "bad_json"
+  | "bad_created_at"
+  | "cloudevent_not_json"
+  | "cloudevent_missing_attribute"
+  | "cloudevent_bad_specversion"
+  | "cloudevent_bad_time"
+  | "cloudevent_binary_data"
+  | "cloudevent_id_mismatch";
 
 /** Why a stream entry is not a well-formed outbox event. */
 export class EntryError extends Error {
@@ -94,8 +95,8 @@ export class EntryError extends Error {
     /** The field at fault. */
     readonly field: string,
     message: string,
-    /** For `cloudevent`: what is wrong with it. */
-    readonly cloudeventCode?: CloudEventErrorCode,
+    /** The CloudEvents attribute at fault, for some `cloudevent_*` codes. */
+    readonly attribute?: string,
   ) {
     super(message);
   }
@@ -140,7 +141,7 @@ function jsonField(text: string, field: "payload" | "headers"): unknown {
   try {
     return JSON.parse(text) as unknown;
   } catch (e) {
-    throw new EntryError("json", field, `field \`${field}\` is not JSON: ${(e as Error).message}`);
+    throw new EntryError("bad_json", field, `field \`${field}\` is not JSON: ${(e as Error).message}`);
   }
 }
 
@@ -173,13 +174,13 @@ export function parseEntry(
   }
   const take = (name: string): string => {
     const v = text.get(name);
-    if (v === undefined) throw new EntryError("missing", name, `field \`${name}\` is missing`);
+    if (v === undefined) throw new EntryError("missing_field", name, `field \`${name}\` is missing`);
     text.delete(name);
     return v;
   };
   const idText = take(FIELDS.id);
   const id = parseUuid(idText);
-  if (id === null) throw new EntryError("id", FIELDS.id, `field \`id\` is not a uuid: ${idText}`);
+  if (id === null) throw new EntryError("bad_id", FIELDS.id, `field \`id\` is not a uuid: ${idText}`);
   const base = {
     streamId: options.streamId,
     stream: options.stream ?? "",
@@ -191,7 +192,7 @@ export function parseEntry(
   const event = text.get(FIELDS.cloudevent);
   if (event !== undefined) {
     const topic = text.get(FIELDS.topic) ?? options.topic;
-    if (topic === undefined) throw new EntryError("missing", FIELDS.topic, "field `topic` is missing");
+    if (topic === undefined) throw new EntryError("missing_field", FIELDS.topic, "field `topic` is missing");
     return { ...base, ...readCloudEvent(id, topic, event) };
   }
   const topic = take(FIELDS.topic);
@@ -201,7 +202,7 @@ export function parseEntry(
   const created = parseRfc3339(createdText);
   if (created === null) {
     throw new EntryError(
-      "created_at",
+      "bad_created_at",
       FIELDS.createdAt,
       `field \`created_at\` is not an RFC 3339 time: ${createdText}`,
     );
@@ -218,8 +219,8 @@ export function parseEntry(
   };
 }
 
-function ceError(code: CloudEventErrorCode, message: string): EntryError {
-  return new EntryError("cloudevent", FIELDS.cloudevent, `field \`cloudevent\`: ${message}`, code);
+function ceError(code: EntryErrorCode, message: string, attribute?: string): EntryError {
+  return new EntryError(code, FIELDS.cloudevent, `field \`cloudevent\`: ${message}`, attribute);
 }
 
 const TEXT_ATTRIBUTES = [
@@ -249,10 +250,10 @@ function readCloudEvent(
   try {
     wire = JSON.parse(event);
   } catch (e) {
-    throw ceError("json", `not a CloudEvents JSON object: ${(e as Error).message}`);
+    throw ceError("cloudevent_not_json", `not a CloudEvents JSON object: ${(e as Error).message}`);
   }
   if (typeof wire !== "object" || wire === null || Array.isArray(wire)) {
-    throw ceError("json", "not a CloudEvents JSON object: not a JSON object");
+    throw ceError("cloudevent_not_json", "not a CloudEvents JSON object: not a JSON object");
   }
   const object = wire as Record<string, unknown>;
   const attrs: Partial<Record<(typeof TEXT_ATTRIBUTES)[number], string>> = {};
@@ -260,7 +261,7 @@ function readCloudEvent(
     const v = object[name];
     if (v === undefined || v === null) continue;
     if (typeof v !== "string") {
-      throw ceError("json", `not a CloudEvents JSON object: attribute \`${name}\` is not a string`);
+      throw ceError("cloudevent_not_json", `not a CloudEvents JSON object: attribute \`${name}\` is not a string`);
     }
     attrs[name] = v;
   }
@@ -269,20 +270,20 @@ function readCloudEvent(
     if ((TEXT_ATTRIBUTES as readonly string[]).includes(name) || name === "data" || name === "data_base64") continue;
     extensions[name] = v;
   }
-  if (attrs.specversion === undefined) throw ceError("missing", "attribute `specversion` is missing");
+  if (attrs.specversion === undefined) throw ceError("cloudevent_missing_attribute", "attribute `specversion` is missing", "specversion");
   if (attrs.specversion !== "1.0") {
-    throw ceError("version", `specversion ${debugString(attrs.specversion)} is not 1.0`);
+    throw ceError("cloudevent_bad_specversion", `specversion ${debugString(attrs.specversion)} is not 1.0`);
   }
   if (object.data_base64 !== undefined && object.data_base64 !== null) {
-    throw ceError("binary", "attribute `data_base64`: binary data is not read, only JSON `data`");
+    throw ceError("cloudevent_binary_data", "attribute `data_base64`: binary data is not read, only JSON `data`", "data_base64");
   }
   let time: ReturnType<typeof parseRfc3339> = null;
   if (attrs.time !== undefined) {
     time = parseRfc3339(attrs.time);
-    if (time === null) throw ceError("time", `attribute \`time\` is not an RFC 3339 time: ${attrs.time}`);
+    if (time === null) throw ceError("cloudevent_bad_time", `attribute \`time\` is not an RFC 3339 time: ${attrs.time}`, "time");
   }
   for (const required of ["id", "source", "type"] as const) {
-    if (attrs[required] === undefined) throw ceError("missing", `attribute \`${required}\` is missing`);
+    if (attrs[required] === undefined) throw ceError("cloudevent_missing_attribute", `attribute \`${required}\` is missing`, required);
   }
   const attributes: CloudEvent = {
     specversion: attrs.specversion,
@@ -298,12 +299,13 @@ function readCloudEvent(
   }
   if (parseUuid(attributes.id) !== id) {
     throw new EntryError(
-      "cloudevent_id",
+      "cloudevent_id_mismatch",
       FIELDS.cloudevent,
       `field \`cloudevent\`: its id ${debugString(attributes.id)} is not the entry's id ${id}`,
+      "id",
     );
   }
-  if (time === null) throw ceError("missing", "attribute `time` is missing");
+  if (time === null) throw ceError("cloudevent_missing_attribute", "attribute `time` is missing", "time");
   const data = object.data === undefined ? null : object.data;
   return {
     topic,

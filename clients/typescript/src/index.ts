@@ -8,7 +8,7 @@ export type { ClientOptions, Handler, HandlerFn, HandlerObject, RunOptions, RunS
 export { ConfigError, parseDuration, isValidTopic, resolveConfig } from "./config.js";
 export type { ConsumerConfig, ConsumerOptions, Duration, Logger } from "./config.js";
 export { parseEntry, EntryError, entryToJSON, parseUuid, FIELDS } from "./entry.js";
-export type { Entry, Lease, CloudEvent, EntryErrorCode, CloudEventErrorCode, FieldValue, ParseOptions } from "./entry.js";
+export type { Entry, Lease, CloudEvent, EntryErrorCode, FieldValue, ParseOptions } from "./entry.js";
 export { HandlerError } from "./errors.js";
 export type { ErrorKind } from "./errors.js";
 export { murmur2, partitionFor, MAX_PARTITIONS } from "./partition.js";

@@ -46,7 +46,7 @@ test("handles every entry once, one key in stream order, and acknowledges", asyn
       const order = seen.filter((e) => e.key === k).map((e) => (e.payload as { i: number }).i);
       assert.deepEqual(order, [...order].sort((a, b) => a - b), `key ${k} in order`);
     }
-    const pending = (await redis.xpending(stream, "g")) as unknown[];
+    const pending = (await redis.xpending(stream, "g"));
     assert.equal(pending[0], 0);
   } finally {
     await cleanup();
@@ -99,7 +99,7 @@ test("retries with backoff, counts deliveries, dead-letters after maxDeliveries 
     assert.ok(bad);
     assert.equal(bad.o.error, "malformed entry: field `id` is not a uuid: not-a-uuid");
     assert.equal(bad.o.deliveries, "1");
-    const pending = (await redis.xpending(stream, "g")) as unknown[];
+    const pending = (await redis.xpending(stream, "g"));
     assert.equal(pending[0], 0);
   } finally {
     await cleanup();
@@ -184,7 +184,7 @@ test("a stop finishes the entries in hand and acknowledges them", async () => {
     const stats = await run;
     assert.equal(finished, 5);
     assert.equal(stats.handled, 5);
-    const pending = (await redis.xpending(stream, "g")) as unknown[];
+    const pending = (await redis.xpending(stream, "g"));
     assert.equal(pending[0], 0);
   } finally {
     await cleanup();
