@@ -38,12 +38,26 @@ def golden_partition_vectors() -> list[PartitionVector]:
     items = data["vectors"] if isinstance(data, dict) else data
     out = []
     for v in items:
-        out.append(
-            PartitionVector(
-                key=v["key"],
-                partitions=int(v["partitions"]),
-                partition=int(v["partition"]),
-                murmur2=v.get("murmur2"),
+        for count, partition in v["partitions"].items():
+            out.append(
+                PartitionVector(
+                    key=v["key"],
+                    partitions=int(count),
+                    partition=int(partition),
+                    murmur2=v.get("murmur2"),
+                )
             )
-        )
     return out
+
+
+def golden_entries() -> list[dict[str, Any]]:
+    cases: list[dict[str, Any]] = load("entries.json")["cases"]
+    return cases
+
+
+def field_value(value: Any) -> str | bytes:
+    """A golden field value: text, or ``{"hex": ...}`` for raw bytes."""
+    if isinstance(value, dict):
+        return bytes.fromhex(value["hex"])
+    assert isinstance(value, str)
+    return value

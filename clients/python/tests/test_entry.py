@@ -48,12 +48,12 @@ def test_bytes_fields_unknown_fields_and_no_key() -> None:
 @pytest.mark.parametrize(
     ("change", "code", "message"),
     [
-        ({"payload": None}, "missing", "field `payload` is missing"),
-        ({"id": None}, "missing", "field `id` is missing"),
-        ({"id": "not-a-uuid"}, "id", "field `id` is not a uuid: not-a-uuid"),
-        ({"payload": "{not json"}, "json", "field `payload` is not JSON: "),
-        ({"headers": "NaN"}, "json", "field `headers` is not JSON: "),
-        ({"created_at": "yesterday"}, "created_at", "field `created_at` is not an RFC 3339"),
+        ({"payload": None}, "missing_field", "field `payload` is missing"),
+        ({"id": None}, "missing_field", "field `id` is missing"),
+        ({"id": "not-a-uuid"}, "bad_id", "field `id` is not a uuid: not-a-uuid"),
+        ({"payload": "{not json"}, "bad_json", "field `payload` is not JSON: "),
+        ({"headers": "NaN"}, "bad_json", "field `headers` is not JSON: "),
+        ({"created_at": "yesterday"}, "bad_created_at", "field `created_at` is not an RFC 3339"),
     ],
 )
 def test_malformed_entries_say_which_field(
@@ -108,9 +108,9 @@ def test_a_cloudevents_entry_reads_like_any_other() -> None:
     assert e.headers == {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
     assert e.traceparent is not None
     assert e.cloudevent is not None
-    assert e.cloudevent["source"] == "/shop"
-    assert e.cloudevent["region"] == "eu"
-    assert "data" not in e.cloudevent
+    assert e.cloudevent.source == "/shop"
+    assert e.cloudevent.extensions == {"region": "eu"}
+    assert e.to_json()["cloudevent"]["region"] == "eu"
 
 
 def test_a_cloudevents_entry_names_its_type_when_it_is_not_the_topic() -> None:
@@ -121,53 +121,53 @@ def test_a_cloudevents_entry_names_its_type_when_it_is_not_the_topic() -> None:
 @pytest.mark.parametrize(
     ("fields", "topic", "code", "message"),
     [
-        (cloudevent_fields(ID), None, "missing", "field `topic` is missing"),
+        (cloudevent_fields(ID), None, "missing_field", "field `topic` is missing"),
         (
             cloudevent_fields(ID, id="00000000-0000-0000-0000-000000000001"),
             "t",
-            "cloudevent_id",
+            "cloudevent_id_mismatch",
             "field `cloudevent`: its id",
         ),
         (
             cloudevent_fields(ID, specversion="0.3"),
             "t",
-            "cloudevent_version",
+            "cloudevent_bad_specversion",
             'field `cloudevent`: specversion "0.3" is not 1.0',
         ),
         (
             cloudevent_fields(ID, time=None),
             "t",
-            "cloudevent_missing",
+            "cloudevent_missing_attribute",
             "field `cloudevent`: attribute `time` is missing",
         ),
         (
             cloudevent_fields(ID, source=None),
             "t",
-            "cloudevent_missing",
+            "cloudevent_missing_attribute",
             "field `cloudevent`: attribute `source` is missing",
         ),
         (
             cloudevent_fields(ID, time="soon"),
             "t",
-            "cloudevent_time",
+            "cloudevent_bad_time",
             "field `cloudevent`: attribute `time` is not an RFC 3339 time: soon",
         ),
         (
             cloudevent_fields(ID, data_base64="AAA="),
             "t",
-            "cloudevent_binary",
+            "cloudevent_binary_data",
             "field `cloudevent`: attribute `data_base64`",
         ),
         (
             cloudevent_fields(ID, type=7),
             "t",
-            "cloudevent_json",
+            "cloudevent_not_json",
             "field `cloudevent`: not a CloudEvents JSON object",
         ),
         (
             [("id", ID), ("cloudevent", "{")],
             "t",
-            "cloudevent_json",
+            "cloudevent_not_json",
             "field `cloudevent`: not a CloudEvents JSON object",
         ),
     ],

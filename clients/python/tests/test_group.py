@@ -254,4 +254,4 @@ async def test_a_cloudevents_topic(redis_client: RedisClient, prefix: str) -> No
     await run.stop()
     assert seen[0].topic == "ce" and seen[0].key == "k"
     assert seen[0].payload == {"order_id": 42}
-    assert seen[0].cloudevent is not None and seen[0].cloudevent["source"] == "/outbox-relay"
+    assert seen[0].cloudevent is not None and seen[0].cloudevent.source == "/outbox-relay"

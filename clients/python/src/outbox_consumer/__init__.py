@@ -6,7 +6,7 @@ exactly-once effects (:mod:`outbox_consumer.inbox`)."""
 
 from .config import ConsumerConfig
 from .consumer import Consumer, Handler, RunStats
-from .entry import Entry, EntryError, Lease, parse_fields
+from .entry import CloudEvent, Entry, EntryError, Lease, parse_fields
 from .errors import (
     ConfigError,
     DeadLetter,
@@ -19,6 +19,7 @@ from .errors import (
 from .partition import murmur2, partition_for_key
 
 __all__ = [
+    "CloudEvent",
     "ConfigError",
     "Consumer",
     "ConsumerConfig",

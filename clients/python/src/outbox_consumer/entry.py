@@ -46,10 +46,13 @@ class EntryError(ValueError):
     docs/protocol.md and the golden data); ``str(error)`` is the text the dead stream's
     ``error`` field gets (after ``malformed entry: ``)."""
 
-    def __init__(self, code: str, message: str, field: str | None = None) -> None:
+    def __init__(
+        self, code: str, message: str, field: str | None = None, attribute: str | None = None
+    ) -> None:
         super().__init__(message)
         self.code = code
         self.field = field
+        self.attribute = attribute
         self.message = message
 
     def __str__(self) -> str:
@@ -57,11 +60,11 @@ class EntryError(ValueError):
 
 
 def _missing(name: str) -> EntryError:
-    return EntryError("missing", f"field `{name}` is missing", name)
+    return EntryError("missing_field", f"field `{name}` is missing", name)
 
 
-def _ce(code: str, message: str) -> EntryError:
-    return EntryError(code, f"field `cloudevent`: {message}", CLOUDEVENT)
+def _ce(code: str, message: str, attribute: str | None = None) -> EntryError:
+    return EntryError(code, f"field `cloudevent`: {message}", CLOUDEVENT, attribute)
 
 
 @dataclass
@@ -90,7 +93,7 @@ class Entry:
     lease: Lease | None = None
     #: The CloudEvents attributes (every attribute but ``data``, extensions included) for an
     #: entry of the CloudEvents envelope; ``None`` for the default one.
-    cloudevent: dict[str, Any] | None = None
+    cloudevent: CloudEvent | None = None
     #: The stream it was read from ("" when parsed outside a consumer).
     stream: str = field(default="")
 
@@ -112,7 +115,7 @@ class Entry:
             "created_at": created_at_text(self.created_at),
         }
         if self.cloudevent is not None:
-            out["cloudevent"] = self.cloudevent
+            out["cloudevent"] = self.cloudevent.to_json()
         return out
 
 
@@ -212,7 +215,7 @@ def parse_fields(
     id_text = take(ID)
     event_id = parse_uuid(id_text)
     if event_id is None:
-        raise EntryError("id", f"field `id` is not a uuid: {id_text}", ID)
+        raise EntryError("bad_id", f"field `id` is not a uuid: {id_text}", ID)
     if CLOUDEVENT in text:
         event = text.pop(CLOUDEVENT)
         if TOPIC in text:
@@ -229,7 +232,7 @@ def parse_fields(
     created_at = parse_rfc3339(created_text)
     if created_at is None:
         raise EntryError(
-            "created_at",
+            "bad_created_at",
             f"field `created_at` is not an RFC 3339 time: {created_text}",
             CREATED_AT,
         )
@@ -248,7 +251,7 @@ def _json_field(value: str, name: str) -> Any:
     try:
         return parse_json(value)
     except ValueError as e:
-        raise EntryError("json", f"field `{name}` is not JSON: {e}", name) from None
+        raise EntryError("bad_json", f"field `{name}` is not JSON: {e}", name) from None
 
 
 _CE_STRINGS = (
@@ -265,77 +268,131 @@ _CE_STRINGS = (
 )
 
 
-def parse_cloudevent(text: str) -> tuple[dict[str, Any], Any]:
-    """Reads a ``cloudevent`` field: its attributes (``time`` as a ``datetime``, extensions
-    included, ``data`` left out) and its data (``None`` when it has none). Raises
-    :class:`EntryError` with a ``cloudevent_*`` code."""
+@dataclass
+class CloudEvent:
+    """A CloudEvent's context attributes (every attribute but ``data``)."""
+
+    specversion: str
+    id: str
+    source: str
+    type: str
+    time: datetime | None = None
+    datacontenttype: str | None = None
+    subject: str | None = None
+    partitionkey: str | None = None
+    traceparent: str | None = None
+    tracestate: str | None = None
+    #: Every other extension attribute, as JSON values.
+    extensions: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """The attributes as a JSON object (absent ones left out, extensions flattened)."""
+        out: dict[str, Any] = {}
+        for name in _CE_STRINGS:
+            value = getattr(self, name)
+            if isinstance(value, datetime):
+                value = created_at_text(value)
+            if value is not None:
+                out[name] = value
+        out.update(self.extensions)
+        return out
+
+
+def parse_cloudevent(text: str) -> tuple[CloudEvent, Any]:
+    """Reads a ``cloudevent`` field: its attributes and its data (``None`` when it has
+    none). Raises :class:`EntryError` with a ``cloudevent_*`` code."""
     try:
         wire = parse_json(text)
     except ValueError as e:
-        raise _ce("cloudevent_json", f"not a CloudEvents JSON object: {e}") from None
+        raise _ce("cloudevent_not_json", f"not a CloudEvents JSON object: {e}") from None
     if not isinstance(wire, dict):
-        raise _ce("cloudevent_json", "not a CloudEvents JSON object: not an object")
+        raise _ce(
+            "cloudevent_not_json",
+            f"not a CloudEvents JSON object: invalid type: {type(wire).__name__}, expected an "
+            "object",
+        )
     for name in _CE_STRINGS:
         value = wire.get(name)
         if value is not None and not isinstance(value, str):
             raise _ce(
-                "cloudevent_json",
-                f"not a CloudEvents JSON object: attribute `{name}` is not a string",
+                "cloudevent_not_json",
+                f"not a CloudEvents JSON object: invalid type: {json.dumps(value)} for "
+                f"attribute `{name}`, expected a string",
             )
     specversion = wire.get("specversion")
     if specversion is None:
-        raise _ce("cloudevent_missing", "attribute `specversion` is missing")
+        raise _ce(
+            "cloudevent_missing_attribute", "attribute `specversion` is missing", "specversion"
+        )
     if specversion != SPECVERSION:
-        raise _ce("cloudevent_version", f"specversion {json.dumps(specversion)} is not 1.0")
+        raise _ce(
+            "cloudevent_bad_specversion",
+            f"specversion {json.dumps(specversion, ensure_ascii=False)} is not 1.0",
+        )
     if wire.get("data_base64") is not None:
         raise _ce(
-            "cloudevent_binary",
+            "cloudevent_binary_data",
             "attribute `data_base64`: binary data is not read, only JSON `data`",
+            "data_base64",
         )
     time_text = wire.get("time")
     time: datetime | None = None
     if time_text is not None:
         time = parse_rfc3339(time_text)
         if time is None:
-            raise _ce("cloudevent_time", f"attribute `time` is not an RFC 3339 time: {time_text}")
+            raise _ce(
+                "cloudevent_bad_time",
+                f"attribute `time` is not an RFC 3339 time: {time_text}",
+                "time",
+            )
     for required in ("id", "source", "type"):
         if wire.get(required) is None:
-            raise _ce("cloudevent_missing", f"attribute `{required}` is missing")
-    attributes: dict[str, Any] = {}
-    for name, value in wire.items():
-        if name in ("data", "data_base64") or (value is None and name in _CE_STRINGS):
-            continue
-        attributes[name] = value
-    if time is not None:
-        attributes["time"] = time
-    data = wire.get("data")
-    return attributes, data
+            raise _ce(
+                "cloudevent_missing_attribute", f"attribute `{required}` is missing", required
+            )
+    extensions = {
+        k: v for k, v in wire.items() if k not in _CE_STRINGS and k not in ("data", "data_base64")
+    }
+    event = CloudEvent(
+        specversion=specversion,
+        id=wire["id"],
+        source=wire["source"],
+        type=wire["type"],
+        time=time,
+        datacontenttype=wire.get("datacontenttype"),
+        subject=wire.get("subject"),
+        partitionkey=wire.get("partitionkey"),
+        traceparent=wire.get("traceparent"),
+        tracestate=wire.get("tracestate"),
+        extensions=extensions,
+    )
+    return event, wire.get("data")
 
 
 def _read_cloudevent(stream_id: str, event_id: uuid.UUID, topic: str, text: str) -> Entry:
-    attributes, data = parse_cloudevent(text)
-    if parse_uuid(attributes["id"]) != event_id:
+    event, data = parse_cloudevent(text)
+    if parse_uuid(event.id) != event_id:
         raise _ce(
-            "cloudevent_id",
-            f"its id {json.dumps(attributes['id'])} is not the entry's id {event_id}",
+            "cloudevent_id_mismatch",
+            f"its id {json.dumps(event.id, ensure_ascii=False)} is not the entry's id {event_id}",
+            "id",
         )
-    created_at = attributes.get("time")
-    if not isinstance(created_at, datetime):
-        raise _ce("cloudevent_missing", "attribute `time` is missing")
+    if event.time is None:
+        raise _ce("cloudevent_missing_attribute", "attribute `time` is missing", "time")
     headers: dict[str, Any] = {}
-    if attributes["type"] != topic:
-        headers["type"] = attributes["type"]
-    for name in ("traceparent", "tracestate"):
-        if name in attributes:
-            headers[name] = attributes[name]
-    key = attributes.get("partitionkey")
+    if event.type != topic:
+        headers["type"] = event.type
+    if event.traceparent is not None:
+        headers["traceparent"] = event.traceparent
+    if event.tracestate is not None:
+        headers["tracestate"] = event.tracestate
     return Entry(
         stream_id=stream_id,
         id=event_id,
         topic=topic,
-        key=key if isinstance(key, str) else None,
+        key=event.partitionkey,
         payload=data,
         headers=headers,
-        created_at=created_at,
-        cloudevent=attributes,
+        created_at=event.time,
+        cloudevent=event,
     )
