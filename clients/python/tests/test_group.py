@@ -143,11 +143,14 @@ async def test_dead_letter_now_and_malformed_entries_go_to_the_dead_stream_with_
     stats = await run.stop()
     assert handled == []
     assert stats.dead_lettered == 3
-    dead = [f for _, f in await redis_client.xrange(f"{prefix}t:dead")]
-    assert dead[0]["error"] == "malformed entry: field `id` is not a uuid: nope"
-    assert dead[0]["deliveries"] == "1"
-    assert dead[1]["error"].startswith("malformed entry: field `payload` is not JSON")
-    assert dead[2]["error"] == "refused by rule" and dead[2]["id"] == str(refused)
+    # Different lanes run concurrently: the dead stream's order is theirs.
+    dead = {f["id"]: f for _, f in await redis_client.xrange(f"{prefix}t:dead")}
+    assert dead["nope"]["error"] == "malformed entry: field `id` is not a uuid: nope"
+    assert dead["nope"]["deliveries"] == "1"
+    bad_json = dead["6f0c1c52-4c8b-4a53-9a0e-2f3c1a1b2c3d"]
+    assert bad_json["error"].startswith("malformed entry: field `payload` is not JSON: ")
+    assert bad_json["payload"] == "{nope" and bad_json["key"] == "k"
+    assert dead[str(refused)]["error"] == "refused by rule"
 
 
 async def _xlen_is(client: RedisClient, key: str, n: int) -> bool:
