@@ -22,6 +22,15 @@ except ImportError:  # pragma: no cover - exercised without the extra
 
 TRACER_NAME = "outbox_consumer"
 
+_provider: Any = None
+
+
+def use_tracer_provider(provider: Any) -> None:
+    """Makes the processing spans come from ``provider`` instead of OpenTelemetry's global
+    tracer provider (``None``: the global one again)."""
+    global _provider
+    _provider = provider
+
 
 @contextlib.contextmanager
 def processing_span(entry: Entry, stream: str) -> Iterator[Any]:
@@ -37,7 +46,7 @@ def processing_span(entry: Entry, stream: str) -> Iterator[Any]:
             if isinstance(value, str):
                 carrier[name] = value
     context = _PROPAGATOR.extract(carrier) if carrier else None
-    tracer = _trace.get_tracer(TRACER_NAME)
+    tracer = (_provider or _trace.get_tracer_provider()).get_tracer(TRACER_NAME)
     attributes = {
         "messaging.system": "redis",
         "messaging.operation.type": "process",
