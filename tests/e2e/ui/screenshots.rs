@@ -1,6 +1,6 @@
 //! Retakes `docs/screenshots/*.png`, one per page, on realistic data: several keyed topics,
-//! poison events dead-lettered by real WRONGTYPE failures, a paused topic, a consumer group
-//! with lag and pending entries. Ignored by default: `make screenshots` runs it.
+//! poison events dead-lettered by real WRONGTYPE failures, their topic parking its keys (events
+//! held), a paused topic, a consumer group with lag and pending entries, an audit log. Ignored by default: `make screenshots` runs it.
 
 use std::time::Duration;
 
@@ -12,7 +12,10 @@ const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/screenshots");
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "writes docs/screenshots; run with `make screenshots`"]
 async fn screenshots() {
-    let ui = TokenRelay::start("ui", &[("OUTBOX__RETRY__MAX_ATTEMPTS", "2")]).await;
+    let (_dir, config) = config_file(
+        "[retry]\nmax_attempts = 2\n\n[[topics]]\nname = \"demo.poison\"\npark_on_dead = true\n",
+    );
+    let ui = TokenRelay::start("ui", &[("OUTBOX_CONFIG", config.as_str())]).await;
     let mut r = ui.redis.conn().await;
     let _: () = redis::cmd("SET")
         .arg(ui.redis.stream("demo.poison"))
@@ -40,6 +43,10 @@ async fn screenshots() {
             Duration::from_secs(30),
         )
         .await;
+    // Two later events of poison-1 wait behind its dead one.
+    ui.db
+        .exec("INSERT INTO outbox (topic, payload, partition_key) SELECT 'demo.poison', jsonb_build_object('n', i), 'poison-1' FROM generate_series(4, 5) AS i")
+        .await;
     // A consumer group that has read five entries and acknowledged none.
     let stream = ui.redis.stream("order.created");
     let _: () = redis::cmd("XGROUP")
@@ -62,6 +69,15 @@ async fn screenshots() {
         .query_async(&mut r)
         .await
         .expect("xreadgroup");
+    // An audit entry naming an event, with a detail of some length.
+    let res = ui
+        .admin()
+        .with("Idempotency-Key", "checkout-4711-2026-12-04T10:00:00Z")
+        .post(
+            "/api/v1/events",
+            Some(r#"{"topic":"order.created","payload":{"order_id":"ord-4711"},"partition_key":"customer-4711/order-2026-12-04"}"#),
+        );
+    assert_eq!(res.status, 201, "{}", res.body);
     let (session, csrf) = ui.login(ADMIN_TOKEN);
     let res = session.post_form("/topics/patient.admitted/pause", &form(&[("csrf", &csrf)]));
     assert_eq!(res.status, 303);
@@ -95,6 +111,7 @@ async fn screenshots() {
         ("streams", "/streams".into()),
         ("replicas", "/replicas".into()),
         ("audit", "/audit".into()),
+        ("replay", "/replay?topic=order.created&since=1h".into()),
         ("event", format!("/events?seq={keyed}")),
     ] {
         let url = if name == "event" {
