@@ -5,7 +5,7 @@
 -- still has entries pending is not read: an entry read now could overtake an older one of
 -- its key, so the caller handles those first.
 -- All keys must share one hash slot on a Redis Cluster (call once per slot).
--- KEYS[1..n]: the streams to read.
+-- KEYS[1..n]: the streams to read (KEYS[1] the first, ...).
 -- KEYS[n+1..]: the owner keys of the fenced streams among them, each once.
 -- ARGV[1]: the group. ARGV[2]: the consumer's name. ARGV[3]: COUNT for XREADGROUP.
 -- ARGV[4..3+n]: per stream, in KEYS order, the 1-based index of its owner key among the owner
