@@ -3,9 +3,10 @@
 //! checks: `settings` (the whole, and `instance_id`), `database`, `redis`, `admin`, `retry`,
 //! `retention`, `relay`, `log`, `groups` (`[[groups]]` and `OUTBOX__GROUPS`), `topics`
 //! (`[[topics]]` and `OUTBOX__TOPICS`). Around them: `layers` (defaults < file < environment <
-//! flags), `rules` (runs the sections' checks in order), `lenient` (text settings that the
-//! environment typed as numbers), `pairs` (`topic:value` lists), `secrets` (`_FILE`
-//! variables), `show` (the effective settings, secrets masked). This module holds the error.
+//! flags), `rule` (one check, a leaf the sections name), `rules` (runs the sections' checks in
+//! order), `lenient` (text settings that the environment typed as numbers), `pairs`
+//! (`topic:value` lists), `secrets` (`_FILE` variables), `show` (the effective settings,
+//! secrets masked). This module holds the error.
 //!
 //! A leaf: it imports nothing from `db`, `publish`, `telemetry`, `relay` or `admin`; what they
 //! need of the settings is converted where they are wired (`app`).
@@ -21,6 +22,7 @@ mod redis;
 mod relay;
 mod retention;
 mod retry;
+mod rule;
 mod rules;
 mod secrets;
 mod settings;

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use serde::{Deserialize, Serialize};
 
 use super::lenient;
-use super::rules::Rule;
+use super::rule::Rule;
 use super::{ConfigError, Settings};
 
 /// Admin server settings.
@@ -69,7 +69,7 @@ impl Settings {
 }
 
 /// The checks of `[admin]`.
-pub(super) const RULES: &[Rule] = &[
+pub(super) const RULES: &[Rule<Settings>] = &[
     Rule {
         settings: &["admin.max_metric_topics"],
         check: |s| match s.admin.max_metric_topics {

@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::lenient;
-use super::rules::Rule;
+use super::rule::Rule;
 use super::{ConfigError, Settings};
 
 /// Postgres settings.
@@ -85,7 +85,7 @@ impl Settings {
 }
 
 /// The checks of `[database]`.
-pub(super) const RULES: &[Rule] = &[
+pub(super) const RULES: &[Rule<Settings>] = &[
     Rule {
         settings: &["database.url"],
         check: |s| s.database.url.as_deref().map_or(Ok(()), postgres_url),

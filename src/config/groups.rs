@@ -7,7 +7,8 @@ use serde::de::Deserializer;
 use serde::{Deserialize, Serialize};
 
 use super::pairs::{self, Pair};
-use super::rules::Rule;
+use super::rule::Rule;
+use super::Settings;
 
 /// Where a new group starts reading.
 pub const START_ALL: &str = "0";
@@ -95,7 +96,7 @@ pub fn check(groups: &[GroupSpec]) -> Result<(), String> {
 }
 
 /// The check of `[[groups]]`.
-pub(super) const RULES: &[Rule] = &[Rule {
+pub(super) const RULES: &[Rule<Settings>] = &[Rule {
     settings: &["groups"],
     check: |s| check(&s.groups),
 }];

@@ -13,7 +13,8 @@ use outbox_core::pem::TlsSettingError;
 use outbox_core::redis_conn::{self, TlsFiles, TlsPaths, Topology};
 
 use super::lenient;
-use super::rules::{at_least_one, positive, Rule};
+use super::rule::{at_least_one, positive, Rule};
+use super::Settings;
 
 /// Redis settings.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -129,7 +130,7 @@ impl RedisSettings {
 
 /// The checks of `[redis]`. Those that relate a Redis timing to `relay.lease` are the relay's
 /// (`relay::RULES`): they follow the lease's own check.
-pub(super) const RULES: &[Rule] = &[
+pub(super) const RULES: &[Rule<Settings>] = &[
     Rule {
         settings: &["redis.max_memory_ratio"],
         check: |s| {

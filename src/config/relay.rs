@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::database::Pooler;
-use super::rules::{human, positive, within, Rule};
+use super::rule::{human, positive, within, Rule};
 use super::Settings;
 
 /// The shortest default `relay.stall_after`: longer than the claim loop's longest outage pause.
@@ -79,7 +79,7 @@ impl Settings {
 }
 
 /// The checks of `[relay]`, and of the Redis timings that must fit within the lease.
-pub(super) const RULES: &[Rule] = &[
+pub(super) const RULES: &[Rule<Settings>] = &[
     Rule {
         settings: &["relay.lease"],
         check: |s| {

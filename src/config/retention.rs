@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::rules::{positive, within, Rule};
+use super::rule::{positive, within, Rule};
 use super::Settings;
 
 /// Retention of published rows.
@@ -39,7 +39,7 @@ impl Settings {
 }
 
 /// The checks of `[retention]`.
-pub(super) const RULES: &[Rule] = &[
+pub(super) const RULES: &[Rule<Settings>] = &[
     Rule {
         settings: &["retention.interval"],
         check: |s| positive(s.retention.interval),

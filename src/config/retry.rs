@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::rules::{at_least_one, human, positive, Rule};
+use super::rule::{at_least_one, human, positive, Rule};
+use super::Settings;
 
 /// Retry policy for events whose publish failed through their own fault.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -32,7 +33,7 @@ impl Default for RetrySettings {
 }
 
 /// The checks of `[retry]`.
-pub(super) const RULES: &[Rule] = &[
+pub(super) const RULES: &[Rule<Settings>] = &[
     Rule {
         settings: &["retry.max_attempts"],
         check: |s| at_least_one(u64::from(s.retry.max_attempts)),

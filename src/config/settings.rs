@@ -14,7 +14,7 @@ use super::redis::RedisSettings;
 use super::relay::RelaySettings;
 use super::retention::RetentionSettings;
 use super::retry::RetrySettings;
-use super::rules::Rule;
+use super::rule::Rule;
 use super::tables::TableSpec;
 use super::topics::{self, TopicSpec};
 
@@ -61,7 +61,7 @@ impl Settings {
 }
 
 /// The checks of the top-level settings.
-pub(super) const RULES: &[Rule] = &[Rule {
+pub(super) const RULES: &[Rule<Settings>] = &[Rule {
     settings: &["instance_id"],
     check: |s| match &s.instance_id {
         Some(id) if id.is_empty() || id.len() > 255 => Err("must be 1 to 255 characters".into()),

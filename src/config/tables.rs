@@ -3,7 +3,8 @@
 //! each listed table (`db::adopted`) and removes what it prepared for a table no longer
 //! listed; `run` refuses a list that differs from what `migrate` prepared.
 
-use super::rules::Rule;
+use super::rule::Rule;
+use super::Settings;
 pub use crate::adopt::{TableSpec, TOPIC_PLACEHOLDER};
 
 /// Whether `name` can be used as one SQL identifier here: not empty, at most 63 bytes (what
@@ -49,7 +50,7 @@ pub fn check(tables: &[TableSpec]) -> Result<(), String> {
     Ok(())
 }
 
-pub(super) const RULES: &[Rule] = &[Rule {
+pub(super) const RULES: &[Rule<Settings>] = &[Rule {
     settings: &["tables"],
     check: |s| check(&s.tables),
 }];

@@ -7,7 +7,7 @@ use serde::de::Deserializer;
 use serde::{Deserialize, Serialize};
 
 use super::pairs::{self, Pair};
-use super::rules::Rule;
+use super::rule::Rule;
 use super::Settings;
 use outbox_core::cloudevent::Envelope;
 use outbox_core::partition::MAX_PARTITIONS;
@@ -80,7 +80,7 @@ pub fn check(topics: &[TopicSpec]) -> Result<(), String> {
 }
 
 /// The check of `[[topics]]`.
-pub(super) const RULES: &[Rule] = &[Rule {
+pub(super) const RULES: &[Rule<Settings>] = &[Rule {
     settings: &["topics"],
     check: |s| check(&s.topics),
 }];
