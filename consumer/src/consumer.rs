@@ -28,8 +28,7 @@ use outbox_core::{groups, ConnectError, RedisConn};
 
 use crate::config::{ConfigError, ConsumerConfig};
 use crate::fleet::{self, Fleet};
-use crate::handler::Processing;
-use crate::handling::{self, Ctx, Delivery, Fate, Process};
+use crate::handling::{self, Ctx, Delivery, Fate, Process, Processing};
 use crate::source::{self, Fenced, Group, Pending, Source};
 use crate::stream::{self, EntryRef};
 

@@ -166,15 +166,6 @@ where
 #[derive(Debug, Clone)]
 pub struct Batches<B>(pub B);
 
-/// What [`crate::Consumer::run`] takes: a [`Handler`], or [`Batches`] of a [`BatchHandler`].
-/// Implemented for those only.
-#[allow(private_bounds)]
-pub trait Processing: crate::handling::Process {}
-
-impl<H: Handler> Processing for H {}
-
-impl<B: BatchHandler> Processing for Batches<B> {}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -155,6 +155,16 @@ pub(crate) trait Process {
     async fn maintain(&self, group: &str);
 }
 
+/// What [`crate::Consumer::run`] takes: a [`Handler`], or [`Batches`] of a [`BatchHandler`].
+/// Implemented for those only. It sits beside [`Process`], its sealed supertrait, so the
+/// handler traits (`crate::handler`) import nothing of the handling.
+#[allow(private_bounds)]
+pub trait Processing: Process {}
+
+impl<H: Handler> Processing for H {}
+
+impl<B: BatchHandler> Processing for Batches<B> {}
+
 /// Checks that need no handler: an entry of a partition this consumer no longer holds is left
 /// alone; a malformed entry, or one already delivered more than `max_deliveries` times, goes
 /// to the dead stream; a pending entry is taken for this delivery. `Ok`: hand it to the

@@ -16,9 +16,9 @@
 //! | module | what it is for |
 //! |---|---|
 //! | `config` | [`ConsumerConfig`], every setting with its default, validated |
-//! | `handler` | [`Handler`], [`BatchHandler`], [`Batches`], [`HandlerError`] |
+//! | `handler` | [`Handler`], [`BatchHandler`], [`Batches`], [`HandlerError`]: the user's side, a leaf |
 //! | `consumer` | [`Consumer`]: the loop (own pending entries first, then new ones), acks, claims |
-//! | `handling` | one batch: lanes by partition key (keys concurrently, one key in order), checks before a handler, whole batches, retry or dead stream |
+//! | `handling` | [`Processing`], what `run` takes; one batch: lanes by partition key (keys concurrently, one key in order), checks before a handler, whole batches, retry or dead stream |
 //! | `layer` | [`Layer`]: middleware around a handler; the library's own (panic catching, spans) are layers too |
 //! | `fleet` | dividing a partitioned topic's partitions among the group: membership, leases (the bookkeeping a pure function, `fleet::leases`), epochs |
 //! | `source` | the `Source` seam under the loop: read new, own pending, claim abandoned, take, keep, acknowledge, check ownership; `Group` on plain streams (plain commands), `Fenced` with the fleet's leases |
@@ -83,6 +83,7 @@ mod stream;
 
 pub use config::{ConfigError, ConsumerConfig};
 pub use consumer::{Consumer, ConsumerError, RunStats};
-pub use handler::{BatchHandler, Batches, ErrorKind, Handler, HandlerError, Processing};
+pub use handler::{BatchHandler, Batches, ErrorKind, Handler, HandlerError};
+pub use handling::Processing;
 pub use layer::{layer_fn, Layer, LayerFn};
 pub use outbox_core::{ConnectError, Entry, EntryError, Lease};
