@@ -18,7 +18,7 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
-use crate::entry::created_at_text;
+use crate::timestamp::created_at_text;
 use crate::trace::{TRACEPARENT, TRACESTATE};
 
 /// The `specversion` written and accepted.

@@ -1,8 +1,9 @@
 //! The stream entry's format (docs/consumers.md, "The stream entry"): the field names the relay
-//! writes, the text of `created_at`, and [`Entry`], one event parsed from the raw fields of an
-//! XREAD / XREADGROUP / XRANGE reply, with its JSON form for `outbox-relay tail`. An entry of a
-//! topic with the CloudEvents envelope (`id` + `cloudevent`, see [`crate::cloudevent`]) parses
-//! into the same [`Entry`], its attributes in [`Entry::cloudevent`].
+//! writes (the text of `created_at` is [`crate::timestamp`]'s), and [`Entry`], one event parsed
+//! from the raw fields of an XREAD / XREADGROUP / XRANGE reply, with its JSON form for
+//! `outbox-relay tail`. An entry of a topic with the CloudEvents envelope (`id` + `cloudevent`,
+//! see [`crate::cloudevent`]) parses into the same [`Entry`], its attributes in
+//! [`Entry::cloudevent`].
 //!
 //! Parsing never panics: a malformed entry is an [`EntryError`] naming the field, so the
 //! consumer can move it to the dead stream instead of stopping on it.
@@ -10,12 +11,13 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use chrono::{DateTime, SecondsFormat, Utc};
+use chrono::{DateTime, Utc};
 use redis::Value;
 use serde::{Serialize, Serializer};
 use uuid::Uuid;
 
 use crate::cloudevent::{self, CloudEvent};
+use crate::timestamp::created_at_text;
 
 /// The names of an entry's fields, in the order the relay writes them (`key` only when the
 /// event has a partition key).
@@ -28,19 +30,13 @@ pub mod field {
     pub const PAYLOAD: &str = "payload";
     /// The headers, JSON text (an object).
     pub const HEADERS: &str = "headers";
-    /// When the producer wrote the event: see [`created_at_text`](super::created_at_text).
+    /// When the producer wrote the event: see [`created_at_text`](crate::timestamp::created_at_text).
     pub const CREATED_AT: &str = "created_at";
     /// The partition key; absent when the event has none.
     pub const KEY: &str = "key";
     /// The event as CloudEvents 1.0 JSON, beside `id`, in place of the fields above on a topic
     /// with the CloudEvents envelope.
     pub const CLOUDEVENT: &str = "cloudevent";
-}
-
-/// The `created_at` field's text: RFC 3339 in UTC with microseconds and `Z`
-/// (`2026-12-02T13:57:01.123456Z`), the precision of Postgres' timestamptz.
-pub fn created_at_text(at: &DateTime<Utc>) -> String {
-    at.to_rfc3339_opts(SecondsFormat::Micros, true)
 }
 
 /// An event read from its topic's stream.

@@ -8,7 +8,8 @@
 //! | module | what it is for |
 //! |---|---|
 //! | [`cloudevent`] | the CloudEvents envelope: an event written as CloudEvents 1.0 JSON, and read back |
-//! | [`entry`] | the stream entry's fields: [`Entry`] parsed from them, `created_at`'s text |
+//! | [`entry`] | the stream entry's fields: [`Entry`] parsed from them |
+//! | [`timestamp`] | `created_at`'s text (and a CloudEvent's `time`) |
 //! | [`entry_id`] | a stream entry id, `<ms>-<seq>`, parsed, printed and ordered as Redis does |
 //! | [`keys`] | `<prefix><topic>`, `<prefix><topic>:<p>`, `<prefix><topic>:dead`, `<prefix>partitions`, a fleet's `<prefix><topic>:{<group>}:...` |
 //! | [`topic`] | the topic rule of the `outbox` table's CHECK constraint |
@@ -39,6 +40,7 @@ pub mod pem;
 pub mod prepared;
 pub mod redis_conn;
 pub mod sentinel;
+pub mod timestamp;
 pub mod topic;
 pub mod trace;
 
