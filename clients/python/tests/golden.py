@@ -7,13 +7,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from importlib import resources
-from importlib.abc import Traversable
 from typing import Any
 
 import pytest
 
 
-def golden_dir() -> Traversable:
+def golden_dir() -> Any:
     return resources.files("outbox_consumer").joinpath("protocol").joinpath("golden")
 
 
