@@ -1,6 +1,6 @@
 //! One claim cycle, the relay's hot path, as a plain async function (testable without actix),
 //! in stages: read the publish gate (`gate`), claim and group by topic (`batch`), publish
-//! (each topic through its dispatcher, see `dispatcher`), repair the streams found to have
+//! (each topic through its dispatcher, see `topics` and `dispatcher`), repair the streams found to have
 //! lost entries (`repair`), settle the outcomes (`batch`, pure), apply (mark, retry plan,
 //! commit).
 //!
@@ -23,7 +23,6 @@ use diesel_async::AsyncPgConnection;
 use futures::future::join_all;
 
 use super::batch::{self, claim_chains, Claim, Row, Settled, TopicResult};
-use super::dispatcher::Topics;
 use super::gate::PublishGate;
 use super::messages::Publish;
 use super::overlap::Overlap;
@@ -31,6 +30,7 @@ use super::registrar::Registered;
 use super::repair::{self, RepairSettings};
 use super::retry;
 use super::slots::SlotGate;
+use super::topics::Topics;
 use crate::config::RetrySettings;
 use crate::db::outbox::{self, BatchLimits, Failure};
 use crate::db::{Db, DbError};

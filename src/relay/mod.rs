@@ -11,7 +11,7 @@
 //! Every actor runs under an actix `Supervisor` and is watched: one that stops, or panics in
 //! its work, is restarted on its own, without touching the others or the process; one that
 //! dies for good ends the process (see `supervision`). Dispatchers start with their topic
-//! (`dispatcher::Topics`). A cycle is `cycle::run_once`: read the gate (`gate`), claim, group
+//! (`topics::Topics`). A cycle is `cycle::run_once`: read the gate (`gate`), claim, group
 //! and settle (`batch`), publish (the dispatchers), repair lost entries (`repair`), apply the
 //! retry policy (`retry`), commit.
 
@@ -41,6 +41,7 @@ pub mod stats;
 pub mod supervision;
 pub mod sweeper;
 pub mod throughput;
+pub mod topics;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -55,7 +56,7 @@ use crate::telemetry::ActorName;
 use claimer::{Claimer, ClaimerConfig};
 use cleaner::Cleaner;
 use cycle::CycleDeps;
-use dispatcher::Topics;
+use topics::Topics;
 use gate::PublishGate;
 use health::Health;
 use heartbeat::Heartbeat;

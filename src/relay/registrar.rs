@@ -13,7 +13,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use futures::{FutureExt, TryFutureExt};
 
-use super::dispatcher::Topics;
+use super::topics::Topics;
 use super::periodic::Job;
 use crate::db::{topics, Db, DbError};
 use crate::telemetry::ActorName;

@@ -8,7 +8,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use futures::{FutureExt, TryFutureExt};
 
-use super::dispatcher::Topics;
+use super::topics::Topics;
 use super::periodic::Job;
 use crate::publish::{keys, PublishError};
 use crate::telemetry::ActorName;
