@@ -8,9 +8,9 @@
  * an operator released is drained in order by one consumer at a time (`<held>:drain` lock),
  * then forgotten. The JSON is written in the Rust library's field order.
  *
- * The park, hold, unpark and pop steps are the Rust library's scripts (`outbox_core::parked`),
- * read from `protocol/scripts/{park,hold,unpark,pop}.lua`; the drain lock's release is
- * `unlock.lua`.
+ * The park, hold, unpark and pop steps are the shared scripts of `outbox_core::parked` (the
+ * repository's `core/protocol/scripts`), read from this package's
+ * `protocol/scripts/{park,hold,unpark,pop}.lua`; the drain lock's release is `unlock.lua`.
  */
 
 import { existsSync } from "node:fs";
