@@ -123,11 +123,9 @@ pub(crate) async fn park_dead(
     Ok(())
 }
 
-/// KEYS: lock. ARGV: owner. Deletes the lock if it is `owner`'s.
-const UNLOCK: &str = r"
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
-";
+/// Deletes a drain lock if it is this consumer's.
+/// KEYS, ARGV and reply: the header of `consumer/protocol/scripts/unlock.lua`.
+const UNLOCK: &str = include_str!("../protocol/scripts/unlock.lua");
 
 /// Drains every released key of the consumer's topics that this consumer may handle now.
 pub(crate) async fn drain<S: Source, P: Process>(

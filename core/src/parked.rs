@@ -10,6 +10,9 @@
 //! (JSON), oldest first. Both carry the group as their hash tag, so one script sees the state
 //! and the list together on a Redis Cluster. The consumer library writes them; the relay's
 //! admin reads them and releases keys with [`release`].
+//!
+//! The scripts' text lives in `core/protocol/scripts/`, which the clients in other languages
+//! copy (docs/protocol.md), so a key parked by one client is read alike by all.
 
 use redis::aio::ConnectionLike;
 use redis::RedisResult;
@@ -61,19 +64,9 @@ pub struct Held {
 /// The fields the dead stream adds to an entry, which a redriven entry leaves behind.
 pub const DEAD_FIELDS: [&str; 3] = ["error", "group", "deliveries"];
 
-/// KEYS: parked hash. ARGV: key, state (JSON). Parks the key unless it is parked by another
-/// dead entry and not released (a second dead entry while parked changes nothing; the same
-/// one again fills in its place in the dead stream); a released key that meets a dead entry
-/// again (a failed redrive, a held entry dying) is parked again.
-const PARK: &str = r"
-local cur = redis.call('HGET', KEYS[1], ARGV[1])
-if cur then
-  local state = cjson.decode(cur)
-  if not state.released and state.dead_id ~= cjson.decode(ARGV[2]).dead_id then return 0 end
-end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
-return 1
-";
+/// Parks a key behind its dead entry (unless parked behind another, unreleased).
+/// KEYS, ARGV and reply: the header of `core/protocol/scripts/park.lua`.
+const PARK: &str = include_str!("../protocol/scripts/park.lua");
 
 /// Parks `key` in `parked` with `state` (see [`PARK`]); true when it was not parked before.
 pub async fn park<C: ConnectionLike>(
@@ -101,19 +94,9 @@ pub enum Release {
     Redrive,
 }
 
-/// KEYS: parked hash, held list. ARGV: key, `discard` or `redrive`, the dead entry (JSON, for
-/// a redrive). Returns the entries released, or -1 when the key is not parked (or released
-/// already).
-const RELEASE: &str = r"
-local cur = redis.call('HGET', KEYS[1], ARGV[1])
-if not cur then return -1 end
-local state = cjson.decode(cur)
-if state.released then return -1 end
-state.released = true
-redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(state))
-if ARGV[2] == 'redrive' then redis.call('LPUSH', KEYS[2], ARGV[3]) end
-return redis.call('LLEN', KEYS[2])
-";
+/// An operator's discard or redrive of a parked key; the entries released, or -1.
+/// KEYS, ARGV and reply: the header of `core/protocol/scripts/release.lua`.
+const RELEASE: &str = include_str!("../protocol/scripts/release.lua");
 
 /// Releases a parked key; `Some(n)`: `n` entries will take effect (the redriven one
 /// included), `None`: the key is not parked.
@@ -144,16 +127,9 @@ pub async fn release<C: ConnectionLike>(
     Ok(u64::try_from(n).ok())
 }
 
-/// KEYS: parked hash, held list. ARGV: key. Forgets a released key whose held entries are all
-/// handled: it flows again. 1 when it did.
-const UNPARK: &str = r"
-local cur = redis.call('HGET', KEYS[1], ARGV[1])
-if not cur then return 0 end
-if not cjson.decode(cur).released then return 0 end
-if redis.call('LLEN', KEYS[2]) > 0 then return 0 end
-redis.call('HDEL', KEYS[1], ARGV[1])
-return 1
-";
+/// Forgets a released key whose held list is empty.
+/// KEYS, ARGV and reply: the header of `core/protocol/scripts/unpark.lua`.
+const UNPARK: &str = include_str!("../protocol/scripts/unpark.lua");
 
 /// Forgets `key` once released and drained (see [`UNPARK`]).
 pub async fn unpark<C: ConnectionLike>(
@@ -171,13 +147,9 @@ pub async fn unpark<C: ConnectionLike>(
     Ok(n == 1)
 }
 
-/// KEYS: parked hash, held list. ARGV: key, the entry (JSON). Appends the entry to the key's
-/// held list while the key is parked; 0 when it is not (any more): handle it instead.
-const HOLD: &str = r"
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return 0 end
-redis.call('RPUSH', KEYS[2], ARGV[2])
-return 1
-";
+/// Appends an entry to a parked key's held list; 0 when the key is not parked.
+/// KEYS, ARGV and reply: the header of `core/protocol/scripts/hold.lua`.
+const HOLD: &str = include_str!("../protocol/scripts/hold.lua");
 
 /// Appends `entry` to `key`'s held list if the key is still parked (see [`HOLD`]).
 pub async fn hold<C: ConnectionLike>(
@@ -198,11 +170,9 @@ pub async fn hold<C: ConnectionLike>(
     Ok(n == 1)
 }
 
-/// KEYS: held list. ARGV: the entry expected first. Removes it if it still is.
-const POP: &str = r"
-if redis.call('LINDEX', KEYS[1], 0) == ARGV[1] then redis.call('LPOP', KEYS[1]) return 1 end
-return 0
-";
+/// Removes the held list's first entry if it is still the one handled.
+/// KEYS, ARGV and reply: the header of `core/protocol/scripts/pop.lua`.
+const POP: &str = include_str!("../protocol/scripts/pop.lua");
 
 /// Removes `first` from the front of `held` if it is still there (handled, or dead again).
 pub async fn pop<C: ConnectionLike>(conn: &mut C, held: &str, first: &str) -> RedisResult<bool> {

@@ -3,104 +3,33 @@
 //! run on a Redis Cluster as on one Redis. Every command that moves entries of a partition
 //! into a consumer's pending list checks the lease in the same script: a consumer that lost
 //! the partition (frozen past its lease, then resumed) cannot read or take its entries.
+//!
+//! The scripts' text lives in `consumer/protocol/scripts/`, where the Python and TypeScript
+//! clients copy it from (docs/protocol.md): every client of a fleet runs the same bytes.
 
 use redis::{RedisResult, Script, Value};
 
 use outbox_core::RedisConn;
 
-/// KEYS: members. ARGV: consumer, membership ttl ms, `join` or `leave`. Drops expired
-/// members, renews this one (score: expiry in server milliseconds), returns the live names.
-const MEMBERS: &str = r"
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-if ARGV[3] == 'leave' then
-  redis.call('ZREM', KEYS[1], ARGV[1])
-  return {}
-end
-local ttl = tonumber(ARGV[2])
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
-redis.call('PEXPIRE', KEYS[1], 2 * ttl + 60000)
-return redis.call('ZRANGE', KEYS[1], 0, -1)
-";
+/// Joins (renews) or leaves a fleet's members set; returns the live names.
+/// KEYS, ARGV and reply: the header of `consumer/protocol/scripts/members.lua`.
+const MEMBERS: &str = include_str!("../../protocol/scripts/members.lua");
 
-/// KEYS: owner, epoch. ARGV: consumer, lease ms, `renew` | `take` | `release`.
-/// Returns the epoch held (renewed or newly taken), 0 when released, -1 when another
-/// consumer holds the lease or (renew) this one no longer does.
-const LEASE: &str = r"
-local owner = redis.call('GET', KEYS[1])
-if ARGV[3] == 'release' then
-  if owner == ARGV[1] then redis.call('DEL', KEYS[1]) end
-  return 0
-end
-if owner == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return tonumber(redis.call('GET', KEYS[2]) or '0')
-end
-if owner or ARGV[3] ~= 'take' then return -1 end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-return redis.call('INCR', KEYS[2])
-";
+/// Renews, takes or releases a partition's lease; returns the epoch held, 0 or -1.
+/// KEYS, ARGV and reply: the header of `consumer/protocol/scripts/lease.lua`.
+const LEASE: &str = include_str!("../../protocol/scripts/lease.lua");
 
-/// KEYS: streams (n), then the owner keys of the fenced ones. ARGV: group, consumer, count,
-/// then per stream the index (1-based) of its owner key among the owner keys, 0 for an
-/// unfenced stream. Reads new entries (`XREADGROUP ... >`, not blocking) of the streams whose
-/// lease this consumer holds, and of the unfenced ones. Returns `{'e', reply}` with entries;
-/// `{'w', {stream, last id, ...}}` when there is nothing new (the ids to block on with XREAD);
-/// `{'n'}` when no stream may be read; `{'p', {stream, ...}}`, reading nothing, when this
-/// consumer still has entries of those streams pending: an entry read now could overtake an
-/// older one of its key, so the loop handles those first whatever its bookkeeping says.
-const READ: &str = r"
-local n = #ARGV - 3
-local streams, held = {}, {}
-for i = 1, n do
-  local o = tonumber(ARGV[3 + i])
-  if o == 0 or redis.call('GET', KEYS[n + o]) == ARGV[2] then
-    if #redis.call('XPENDING', KEYS[i], ARGV[1], '-', '+', 1, ARGV[2]) > 0 then
-      held[#held + 1] = KEYS[i]
-    else
-      streams[#streams + 1] = KEYS[i]
-    end
-  end
-end
-if #held > 0 then return {'p', held} end
-if #streams == 0 then return {'n'} end
-local args = {'XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', ARGV[3], 'STREAMS'}
-for _, s in ipairs(streams) do args[#args + 1] = s end
-for _ in ipairs(streams) do args[#args + 1] = '>' end
-local r = redis.call(unpack(args))
-if r then return {'e', r} end
-local last = {}
-for _, s in ipairs(streams) do
-  local e = redis.call('XREVRANGE', s, '+', '-', 'COUNT', 1)
-  last[#last + 1] = s
-  last[#last + 1] = (e[1] and e[1][1]) or '0-0'
-end
-return {'w', last}
-";
+/// The fenced read of new entries: `{'e', reply}`, `{'w', last ids}`, `{'n'}` or `{'p', streams}`.
+/// KEYS, ARGV and reply: the header of `consumer/protocol/scripts/read.lua`.
+const READ: &str = include_str!("../../protocol/scripts/read.lua");
 
-/// KEYS: stream, owner. ARGV: group, consumer, then the XCLAIM arguments after the consumer
-/// (min idle, ids, options). Runs the XCLAIM only while this consumer holds the lease;
-/// returns its reply, or -1 without the lease.
-const CLAIM: &str = r"
-if redis.call('GET', KEYS[2]) ~= ARGV[2] then return -1 end
-return redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], unpack(ARGV, 3))
-";
+/// XCLAIM only while holding the partition's lease; -1 without it.
+/// KEYS, ARGV and reply: the header of `consumer/protocol/scripts/claim.lua`.
+const CLAIM: &str = include_str!("../../protocol/scripts/claim.lua");
 
-/// KEYS: stream, owner. ARGV: group, consumer. The hand-over: while this consumer holds the
-/// lease, takes every entry of the group still pending on the stream, whoever holds it
-/// (XAUTOCLAIM with no idle time, no delivery counted). Returns how many, or -1 without the
-/// lease.
-const HAND_OVER: &str = r"
-if redis.call('GET', KEYS[2]) ~= ARGV[2] then return -1 end
-local cursor, taken = '0-0', 0
-repeat
-  local r = redis.call('XAUTOCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, cursor, 'COUNT', 1000, 'JUSTID')
-  cursor = r[1]
-  taken = taken + #r[2]
-until cursor == '0-0'
-return taken
-";
+/// The hand-over: every pending entry of the partition taken, under the lease; -1 without it.
+/// KEYS, ARGV and reply: the header of `consumer/protocol/scripts/hand_over.lua`.
+const HAND_OVER: &str = include_str!("../../protocol/scripts/hand_over.lua");
 
 /// What a lease call asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

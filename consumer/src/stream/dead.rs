@@ -104,23 +104,13 @@ pub(crate) async fn dead_letter_held(
     add.query_async(conn).await
 }
 
-/// KEYS: stream, dead stream. ARGV: group, consumer, stream id, then the dead entry's fields.
-const DEAD_LETTER: &str = r"
-local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[3], ARGV[3], 1)
-if #p == 0 or p[1][2] ~= ARGV[2] then return 0 end
-local id = redis.call('XADD', KEYS[2], '*', unpack(ARGV, 4))
-redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
-return id
-";
+/// XADD to the dead stream and XACK, if the entry is still this consumer's.
+/// KEYS, ARGV and reply: the header of `consumer/protocol/scripts/dead_letter.lua`.
+const DEAD_LETTER: &str = include_str!("../../protocol/scripts/dead_letter.lua");
 
-/// KEYS: stream. ARGV: group, consumer, stream id. Acknowledges the entry if this consumer
-/// holds it.
-const ACK_IF_MINE: &str = r"
-local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[3], ARGV[3], 1)
-if #p == 0 or p[1][2] ~= ARGV[2] then return 0 end
-redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
-return 1
-";
+/// XACK if the entry is still this consumer's (a dead letter across cluster slots).
+/// KEYS, ARGV and reply: the header of `consumer/protocol/scripts/ack_if_mine.lua`.
+const ACK_IF_MINE: &str = include_str!("../../protocol/scripts/ack_if_mine.lua");
 
 /// A field value as Redis sent it, for copying into the dead stream.
 fn value_bytes(value: &Value) -> Vec<u8> {
