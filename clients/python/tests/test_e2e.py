@@ -49,6 +49,7 @@ class World:
             OUTBOX__REDIS__STREAM_PREFIX=self.prefix,
             OUTBOX__ADMIN__ADDR="127.0.0.1:0",
             RUST_LOG="info",
+            LOG_LEVEL="DEBUG",
         )
         env.update(extra)
         return env
@@ -134,7 +135,9 @@ class World:
                     f"--- {p.name}\n{p.read_text(errors='replace')[-3000:]}"
                     for p in sorted(self.tmp.glob("*.log"))
                 )
-                raise AssertionError(f"timed out waiting for {what}\n{logs}")
+                raise AssertionError(
+                    f"timed out waiting for {what} (effects: {self.effects()})\n{logs}"
+                )
             time.sleep(0.1)
 
     def effects(self) -> tuple[int, int]:
@@ -181,16 +184,16 @@ def test_each_event_once_through_sigkill_poison_dead_lettered(world: World) -> N
     poison = {17, 101, 150}
     consumer = world.python_consumer("e2e", "py-1")
     world.enqueue("e2e", 100, poison=poison)
-    world.wait(lambda: world.effects()[1] >= 20, 30, "the first effects")
+    world.wait(lambda: world.effects()[1] >= 20, 60, "the first effects")
     consumer.kill()
     consumer.wait()
     world.enqueue("e2e", 100, start=100, poison=poison)
     consumer = world.python_consumer("e2e", "py-1")  # the same name: its pending first
-    world.wait(lambda: world.effects()[1] >= 120, 30, "effects after a restart")
+    world.wait(lambda: world.effects()[1] >= 120, 90, "effects after a restart")
     consumer.kill()
     consumer.wait()
     consumer = world.python_consumer("e2e", "py-2")  # a new name: claims after claim_idle
-    world.wait(lambda: world.effects()[1] == 197, 60, "every non-poison event")
+    world.wait(lambda: world.effects()[1] == 197, 120, "every non-poison event")
     dead_key = f"{world.prefix}e2e:dead"
     world.wait(lambda: world.redis.xlen(dead_key) >= 3, 30, "three dead letters")
     assert stop(consumer) == 0, "a clean stop on SIGTERM"
@@ -228,7 +231,7 @@ def test_one_fleet_of_rust_and_python_on_a_partitioned_topic(world: World) -> No
 
     world.wait(divided, 30, "partitions divided between the Python and the Rust consumer")
     world.enqueue("mixed", 150, start=1)
-    world.wait(lambda: world.effects()[1] >= 60, 30, "the first effects")
+    world.wait(lambda: world.effects()[1] >= 60, 60, "the first effects")
     rust.kill()
     rust.wait()
     world.wait(
@@ -237,7 +240,7 @@ def test_one_fleet_of_rust_and_python_on_a_partitioned_topic(world: World) -> No
         "the Python consumer takes over the Rust one's partitions",
     )
     world.enqueue("mixed", 50, start=151)
-    world.wait(lambda: world.effects()[1] == 201, 60, "every event")
+    world.wait(lambda: world.effects()[1] == 201, 120, "every event")
     assert stop(py) == 0
     assert world.effects() == (201, 201), "each event exactly once across the two languages"
     assert stop(relay) == 0

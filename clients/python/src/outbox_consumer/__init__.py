@@ -5,7 +5,7 @@ CloudEvents entries, a fenced fleet on partitioned topics, and an inbox in Postg
 exactly-once effects (:mod:`outbox_consumer.inbox`)."""
 
 from .config import ConsumerConfig
-from .consumer import Consumer, Handler, RunStats
+from .consumer import Batches, BatchHandler, Consumer, Handler, RunStats
 from .entry import CloudEvent, Entry, EntryError, Lease, parse_fields
 from .errors import (
     ConfigError,
@@ -19,6 +19,8 @@ from .errors import (
 from .partition import murmur2, partition_for_key
 
 __all__ = [
+    "BatchHandler",
+    "Batches",
     "CloudEvent",
     "ConfigError",
     "Consumer",

@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import inspect
 import logging
+import random
 import signal
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -36,6 +37,34 @@ Handler = Callable[[Entry], Awaitable[None] | None]
 
 class _Maintained(Protocol):
     async def maintain(self, group: str) -> None: ...
+
+
+#: A batch handler: ``async def handle(entries) -> None``, run through :class:`Batches`.
+BatchHandler = Callable[[list[Entry]], Awaitable[None] | None]
+
+
+class Batches:
+    """Runs a batch handler: ``consumer.run(Batches(handle))`` hands over each batch at once,
+    in stream order; returning acknowledges all of it, an exception applies its kind to all
+    of it. Keeping one key's entries in order inside the batch is the handler's part."""
+
+    def __init__(self, handler: BatchHandler) -> None:
+        self.handler = handler
+
+    async def maintain(self, group: str) -> None:
+        """The inner handler's own work beside the consumer (the batch inbox's retention)."""
+        inner = getattr(self.handler, "maintain", None)
+        if inner is not None and inspect.iscoroutinefunction(inner):
+            await inner(group)
+
+
+def stream_id_order(stream_id: str) -> tuple[int, int]:
+    """A stream id ``ms-seq`` as a sortable pair (ids that do not parse sort first)."""
+    ms, _, seq = stream_id.partition("-")
+    try:
+        return (int(ms), int(seq or "0"))
+    except ValueError:
+        return (0, 0)
 
 
 #: How often a consumer that parks keys looks for keys an operator released.
@@ -196,6 +225,7 @@ class Consumer:
         self.source = Source(config, self.fleet)
         self._stop = asyncio.Event()
         self._handler: Handler = _no_handler
+        self._batch: BatchHandler | None = None
         self._sync = False
 
     def stop(self) -> None:
@@ -213,15 +243,20 @@ class Consumer:
         await self.redis.aclose()
         await self.fleet_redis.aclose()
 
-    async def run(self, handler: Handler, stop: asyncio.Event | None = None) -> RunStats:
+    async def run(self, handler: Handler | Batches, stop: asyncio.Event | None = None) -> RunStats:
         """Runs until :meth:`stop` (or ``stop`` is set), handing entries to ``handler``. An
         entry is acknowledged after its handler returned; an exception is retried,
         dead-lettered or waited out as its kind says. On stop, handlers in flight finish and
         their entries are acknowledged before this returns."""
         if stop is not None:
             self._stop = stop
-        self._handler = handler
-        self._sync = _is_sync(handler)
+        if isinstance(handler, Batches):
+            self._batch = handler.handler
+            self._sync = _is_sync(handler.handler)
+        else:
+            self._handler = handler
+            self._batch = None
+            self._sync = _is_sync(handler)
         tasks = [asyncio.create_task(self.fleet.heartbeat(self.fleet_redis))]
         maintain = getattr(handler, "maintain", None)
         if maintain is not None and inspect.iscoroutinefunction(maintain):
@@ -417,13 +452,18 @@ class Consumer:
                 async with sem:
                     return await self._lane(lane)
 
-            results = await asyncio.gather(*(run_lane(lane) for lane in batch))
+            if self._batch is not None:
+                results = [await self._whole_batch(batch)]
+            else:
+                results = list(await asyncio.gather(*(run_lane(lane) for lane in batch)))
         finally:
             keeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await keeper
         redis_error: BaseException | None = None
         outage: str | None = None
+        # One jitter draw per batch: entries that failed together are retried together.
+        unit = random.random()
         for d, fate in (pair for lane in results for pair in lane):
             at = d.raw.at()
             topic = d.topic() or state.topic_of.get(d.raw.stream, "")
@@ -442,7 +482,7 @@ class Consumer:
             elif fate.kind == "failed":
                 state.stats.failed += 1
                 state.retry_at[at] = time.monotonic() + retry_delay(
-                    fate.delivery, c.retry_base, c.retry_max
+                    fate.delivery, c.retry_base, c.retry_max, unit
                 )
                 metrics.entry(topic, c.group, "failed")
             elif fate.kind == "outage":
@@ -454,6 +494,11 @@ class Consumer:
                     state.fresh_unattempted.add(at)
             elif fate.kind == "lost" and fate.redis_error is not None:
                 redis_error = fate.redis_error
+        if log.isEnabledFor(logging.DEBUG):
+            kinds: dict[str, int] = {}
+            for _, fate in (pair for lane in results for pair in lane):
+                kinds[fate.kind] = kinds.get(fate.kind, 0) + 1
+            log.debug("batch of %d entries settled: %s", len(in_hand), kinds)
         if outage is not None:
             log.warning(
                 "handler failed on an outage; retrying without counting deliveries: %s", outage
@@ -630,10 +675,55 @@ class Consumer:
         )
         return Fate("dead")
 
+    async def _whole_batch(self, batch: list[list[Delivery]]) -> list[tuple[Delivery, Fate]]:
+        """A batch handler's call: the batch in stream order, less what must wait (a key with
+        an earlier entry left out) or is held (a parked key); one call, its result for all."""
+        assert self._batch is not None
+        deliveries = sorted(
+            (d for lane in batch for d in lane), key=lambda d: stream_id_order(d.raw.stream_id)
+        )
+        out: list[tuple[Delivery, Fate]] = []
+        chosen: list[tuple[Delivery, Lease | None]] = []
+        blocked: set[str] = set()
+        for d in deliveries:
+            if d.lane is not None and d.lane in blocked:
+                out.append((d, Fate("held_back", fresh=not d.take)))
+                continue
+            before: Lease | Fate | None
+            before = await self._held(d) if d.parked else await self._before(d)
+            if isinstance(before, Fate):
+                if not _passes(self.config, before) and d.lane is not None:
+                    blocked.add(d.lane)
+                out.append((d, before))
+                continue
+            chosen.append((d, before))
+        if not chosen:
+            return out
+        entries = [replace(d.entry, lease=lease) for d, lease in chosen if d.entry is not None]
+        error: BaseException | None = None
+        started = time.monotonic()
+        try:
+            with tracing.processing_span(entries[0], chosen[0][0].raw.stream):
+                if self._sync:
+                    result = await asyncio.to_thread(self._batch, entries)
+                else:
+                    result = self._batch(entries)
+                if inspect.isawaitable(result):
+                    await result
+        except Exception as e:
+            error = e
+        metrics.handler_time(entries[0].topic, self.config.group, time.monotonic() - started)
+        for d, _ in chosen:
+            out.append((d, await self._after(d, error)))
+        return out
+
     async def _drain_one(self, raw: RawEntry, topic: str, delivery: int) -> tuple[str, int]:
         d = Delivery(raw, topic, self.config.group, delivery, False)
         d.from_held = True
-        fate = (await self._lane([d]))[0][1]
+        if self._batch is not None:
+            fate = (await self._whole_batch([[d]]))[0][1]
+        else:
+            fate = (await self._lane([d]))[0][1]
         if fate.kind == "done":
             return ("done", 0)
         if fate.kind == "dead":

@@ -238,3 +238,138 @@ class Inbox:
                 if now - last_error > 60:
                     log.warning("inbox retention failed; retrying next round: %s", e)
                     last_error = now
+
+
+#: A batch effect: runs once per batch inside the inbox's transaction, on the entries not
+#: applied before (in stream order, an event id that appears twice only once).
+BatchEffect = Callable[[psycopg.AsyncConnection[Any], list[Entry]], Awaitable[None]]
+
+_INSERT_BATCH = (
+    "INSERT INTO outbox_inbox (consumer_group, event_id, topic) "
+    "SELECT %s, id, topic FROM unnest(%s::uuid[], %s::text[]) AS t(id, topic) "
+    "ON CONFLICT DO NOTHING RETURNING event_id"
+)
+_CHECK_FENCES = (
+    "SELECT topic, partition, epoch FROM outbox_inbox_fences WHERE consumer_group = %s "
+    "AND (topic, partition) IN (SELECT * FROM unnest(%s::text[], %s::int[])) FOR SHARE"
+)
+
+
+async def apply_batch_once(
+    conn: psycopg.AsyncConnection[Any], group: str, entries: list[Entry], effect: BatchEffect
+) -> int:
+    """In one transaction on ``conn``: records every entry in the inbox and runs ``effect``
+    once on those not recorded before; with leases, checks their fences last. Returns how many
+    were new. Raises as :func:`apply_once` does."""
+    try:
+        return await _apply_batch(conn, group, entries, effect)
+    except _EffectFailed as e:
+        raise e.inner from None
+
+
+def _leases_of(entries: list[Entry]) -> list[tuple[str, int, int]]:
+    return sorted(
+        {(e.topic, e.lease.partition, e.lease.epoch) for e in entries if e.lease is not None}
+    )
+
+
+async def _apply_batch(
+    conn: psycopg.AsyncConnection[Any], group: str, entries: list[Entry], effect: BatchEffect
+) -> int:
+    leases = _leases_of(entries)
+    try:
+        async with conn.transaction():
+            if leases:
+                await conn.execute(
+                    "SELECT set_config('idle_in_transaction_session_timeout', %s, true)",
+                    (FENCED_IDLE_TIMEOUT,),
+                )
+            cur = await conn.execute(
+                _INSERT_BATCH, (group, [e.id for e in entries], [e.topic for e in entries])
+            )
+            new = {row[0] for row in await cur.fetchall()}
+            fresh = []
+            for e in entries:
+                if e.id in new:
+                    new.discard(e.id)
+                    fresh.append(e)
+            if fresh:
+                try:
+                    await effect(conn, fresh)
+                except Exception as e:
+                    raise _EffectFailed(e) from e
+            if leases:
+                rows = await (
+                    await conn.execute(
+                        _CHECK_FENCES,
+                        (group, [t for t, _, _ in leases], [p for _, p, _ in leases]),
+                    )
+                ).fetchall()
+                fences = {(str(r[0]), int(r[1])): int(r[2]) for r in rows}
+                for topic, partition, epoch in leases:
+                    fence = fences.get((topic, partition), 0)
+                    if fence < epoch:
+                        raise Retry(
+                            f"inbox: partition {partition} of `{topic}` was not fenced at this "
+                            f"consumer's epoch {epoch}: raise the fence first"
+                        )
+                    if fence != epoch:
+                        raise _fenced(topic, partition, epoch, fence)
+        return len(fresh)
+    except (_EffectFailed, HandlerError):
+        raise
+    except (psycopg.Error, OSError) as e:
+        raise Outage(f"inbox: database error: {e}") from e
+
+
+class BatchInbox(Inbox):
+    """The inbox for batch handlers: ``consumer.run(Batches(BatchInbox(pool, effect)))``. One
+    transaction per batch (its inbox rows, your effect on the entries not applied before, the
+    fence checks): one commit per batch instead of one per event. A failing batch is retried
+    whole, and dead-lettered whole after ``max_deliveries``."""
+
+    def __init__(
+        self,
+        pool: AsyncConnectionPool[Any],
+        effect: BatchEffect,
+        *,
+        retention: float = 7 * 24 * 3600.0,
+        cleanup_interval: float = 60.0,
+    ) -> None:
+        super().__init__(pool, _never, retention=retention, cleanup_interval=cleanup_interval)
+        self.batch_effect = effect
+
+    async def __call__(self, entries: list[Entry]) -> None:  # type: ignore[override]
+        if not entries:
+            return
+        group = entries[0].group
+        try:
+            async with self.pool.connection() as conn:
+                for topic, partition, epoch in _leases_of(entries):
+                    slot = (topic, partition)
+                    if self._raised.get(slot) == epoch:
+                        continue
+                    try:
+                        fence = await raise_fence(conn, group, topic, partition, epoch)
+                    except (psycopg.Error, OSError) as e:
+                        raise Outage(f"inbox: raising the fence: {e}") from e
+                    if fence != epoch:
+                        raise _fenced(topic, partition, epoch, fence)
+                    self._raised[slot] = epoch
+                applied = await _apply_batch(conn, group, entries, self.batch_effect)
+                if applied < len(entries):
+                    log.debug("%d events already in the inbox: skipped", len(entries) - applied)
+        except _EffectFailed as e:
+            raise e.inner from None
+        except HandlerError:
+            raise
+        except (psycopg.Error, OSError) as e:
+            raise Outage(f"inbox: no database connection: {e}") from e
+        except Exception as e:
+            if type(e).__module__.startswith("psycopg_pool"):
+                raise Outage(f"inbox: no database connection: {e}") from e
+            raise
+
+
+async def _never(conn: psycopg.AsyncConnection[Any], entry: Entry) -> None:
+    raise RuntimeError("a BatchInbox handles batches: run it through Batches")
