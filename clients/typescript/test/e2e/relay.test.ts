@@ -81,3 +81,40 @@ test("relay -> TypeScript inbox example: each non-poison event once in example_e
     await db.drop();
   }
 });
+
+test("relay -> TypeScript inbox example on a CloudEvents topic: each event once, read with its stream's topic", { skip, timeout: 60_000 }, async () => {
+  const db = await freshDatabase();
+  const redis = new Redis(REDIS_URL);
+  const prefix = `nodetest-${randomUUID()}:`;
+  const pool = new pg.Pool({ connectionString: db.url, max: 2 });
+  let relayProc: Proc | null = null;
+  let consumer: Proc | null = null;
+  try {
+    migrate(db.url);
+    relayProc = relay(db.url, REDIS_URL, prefix, { OUTBOX__REDIS__ENVELOPE: "cloudevents", OUTBOX__GROUPS: "e2e.ce:g" });
+    const tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    const values = Array.from({ length: 20 }, (_, i) => `('e2e.ce', '{"n": ${i}}'::jsonb, ${i % 2 ? `'k${i % 3}'` : "NULL"}, '{"type": "com.shop.ce", "traceparent": "${tp}"}'::jsonb)`);
+    await pool.query(`INSERT INTO outbox (topic, payload, partition_key, headers) VALUES ${values.join(", ")}`);
+    consumer = tsExample(db.url, REDIS_URL, ["--topic", "e2e.ce", "--group", "g", "--stream-prefix", prefix, "--consumer", "ce"]);
+    await eventually(async () => (await redis.xlen(`${prefix}e2e.ce`)) === 20, 20_000, "20 CloudEvents entries");
+    const [, first] = (await redis.xrange(`${prefix}e2e.ce`, "-", "+", "COUNT", 1))[0] ?? ["", []];
+    assert.deepEqual(first.filter((_, i) => i % 2 === 0), ["id", "cloudevent"], "the relay wrote the CloudEvents envelope");
+    const count = async () =>
+      (await pool.query<{ n: number; d: number; t: number }>(
+        "SELECT count(*)::int AS n, count(DISTINCT event_id)::int AS d, count(*) FILTER (WHERE topic = 'e2e.ce')::int AS t FROM example_effects",
+      ).catch(() => ({ rows: [] }))).rows[0];
+    await eventually(async () => (await count())?.n === 20, 30_000, "every event applied");
+    const c = await count();
+    assert.equal(c?.d, 20);
+    assert.equal(c?.t, 20, "the topic is the stream's");
+    assert.equal(await redis.exists(`${prefix}e2e.ce:dead`), 0, "nothing malformed");
+    assert.equal(await stop(consumer), 0, consumer.output());
+  } finally {
+    if (consumer) await stop(consumer, "SIGKILL");
+    if (relayProc) await stop(relayProc);
+    await pool.end();
+    await deleteKeys(redis, prefix);
+    redis.disconnect();
+    await db.drop();
+  }
+});
