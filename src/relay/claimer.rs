@@ -299,7 +299,7 @@ impl Claimer {
             if self.failing.failed(failure.id, Instant::now()) {
                 crate::telemetry::event_failed(&failure.id, &failure.error, delay);
             } else {
-                failing::failed_again(&failure.id, &failure.error, delay);
+                crate::telemetry::event_failed_again(&failure.id, &failure.error, delay);
             }
         }
         self.throughput

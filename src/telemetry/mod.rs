@@ -584,6 +584,12 @@ pub fn event_failed(id: &Uuid, error: &str, delay: Duration) {
     tracing::warn!(event = %id, retry_in_ms = delay.as_millis() as u64, "publish failed: {error}");
 }
 
+/// An event whose failure was logged already failed again: counted, logged at DEBUG only.
+pub fn event_failed_again(id: &Uuid, error: &str, delay: Duration) {
+    counter!("outbox_events_failed_total").increment(1);
+    tracing::debug!(event = %id, retry_in_ms = delay.as_millis() as u64, "publish failed again: {error}");
+}
+
 /// An event was dead-lettered.
 pub fn event_dead(id: &Uuid, error: &str) {
     counter!("outbox_events_dead_lettered_total").increment(1);

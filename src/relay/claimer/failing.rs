@@ -5,7 +5,7 @@
 //! demo's log (and an operator's) with the same error every few seconds. The first failure
 //! still gets its WARN line and the death its ERROR line, so a real failure is as visible as
 //! before; the retries between them are counted in `outbox_events_failed_total` and logged at
-//! DEBUG. The memory is this replica's only: an event retried by another replica may log its
+//! DEBUG (`telemetry::event_failed_again`). The memory is this replica's only: an event retried by another replica may log its
 //! first line there too, which errs on the side of saying more.
 
 use std::collections::HashMap;
@@ -56,12 +56,6 @@ impl FailureLog {
     pub(super) fn dead(&mut self, id: &Uuid) {
         self.logged.remove(id);
     }
-}
-
-/// A failure already logged for this event: counted, and logged at DEBUG only.
-pub(super) fn failed_again(id: &Uuid, error: &str, delay: Duration) {
-    metrics::counter!("outbox_events_failed_total").increment(1);
-    tracing::debug!(event = %id, retry_in_ms = delay.as_millis() as u64, "publish failed again: {error}");
 }
 
 #[cfg(test)]
