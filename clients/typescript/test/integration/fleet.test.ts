@@ -6,7 +6,7 @@ import { REDIS_URL, eventually, memoryLogger, publish, redisFor } from "../suppo
 const TOPIC = "fleet";
 const N = 4;
 
-test("a fleet divides a partitioned topic's partitions, keeps per-key order and rebalances on a leave", { timeout: 60_000 }, async () => {
+test("a fleet divides a partitioned topic's partitions, keeps per-key order, and rebalances on a leave, a scale-up and a scale-down", { timeout: 60_000 }, async () => {
   const { redis, prefix, cleanup } = redisFor();
   try {
     await redis.hset(`${prefix}partitions`, TOPIC, String(N));
@@ -65,6 +65,23 @@ test("a fleet divides a partitioned topic's partitions, keeps per-key order and 
     }, 10_000, "a owns every partition");
     await produce(60);
     await eventually(() => seen.length >= 180, 20_000, "180 entries");
+    // Scale up: two more join; within seconds each of the three owns one or two partitions.
+    const c = start("c");
+    const d = start("d");
+    const ownersNow = async () => Promise.all(Array.from({ length: N }, (_, p) => redis.get(`{${prefix}${TOPIC}:${p}}:owner:g`)));
+    await eventually(async () => {
+      const o = await ownersNow();
+      return ["a", "c", "d"].every((name) => [1, 2].includes(o.filter((x) => x === name).length));
+    }, 15_000, "a, c and d share the partitions");
+    await produce(60);
+    await eventually(() => seen.length >= 240, 20_000, "240 entries");
+    // Scale down: c and d stop; a takes their partitions back.
+    c.stop.abort();
+    d.stop.abort();
+    await Promise.all([c.run, d.run]);
+    await eventually(async () => (await ownersNow()).every((x) => x === "a"), 15_000, "a owns every partition again");
+    await produce(24);
+    await eventually(() => seen.length >= 264, 20_000, "264 entries");
     a.stop.abort();
     await a.run;
     // Per-key order across the fleet.
@@ -75,7 +92,8 @@ test("a fleet divides a partitioned topic's partitions, keeps per-key order and 
     }
     const epochs = await Promise.all(Array.from({ length: N }, (_, p) => redis.get(`{${prefix}${TOPIC}:${p}}:epoch:g`)));
     assert.ok(epochs.every((e) => Number(e) >= 1));
-    assert.equal(await redis.zcard(`${prefix}${TOPIC}:{g}:members`), 0, "both left the members set");
+    assert.equal(await redis.zcard(`${prefix}${TOPIC}:{g}:members`), 0, "every consumer left the members set");
+    assert.equal(seen.length, 264, "each entry once");
   } finally {
     await cleanup();
   }
