@@ -2,9 +2,9 @@
 //! in `consumer/protocol/golden/` (partitions, entries and their parse) are what
 //! `outbox-core` computes, the field values marked as the relay's are what it writes, every
 //! script in `consumer/protocol/scripts/` and `core/protocol/scripts/` carries the header the
-//! other clients follow, and docs/protocol.md names every one of those files. The Python and
-//! TypeScript clients read the same files, so a vector that passes here and fails there is a
-//! bug of that client.
+//! other clients follow, and docs/protocol.md names every one of those files and the inbox's
+//! SQL. The Python and TypeScript clients read the same files, so a vector that passes here
+//! and fails there is a bug of that client.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -383,4 +383,26 @@ fn every_script_has_the_header_the_clients_follow() {
             "{name}: the header points to the document"
         );
     }
+}
+
+#[test]
+fn the_protocol_document_names_every_shared_file() {
+    let doc_path = consumer_dir().join("../docs/protocol.md");
+    let doc = std::fs::read_to_string(&doc_path).expect("docs/protocol.md");
+    assert!(doc.contains(PROTOCOL), "docs/protocol.md names its version");
+    let mut names: Vec<String> = all_scripts().into_iter().map(|(name, _)| name).collect();
+    for (dir, ext) in [("protocol/golden", ".json"), ("sql", ".sql")] {
+        for entry in std::fs::read_dir(consumer_dir().join(dir)).expect(dir) {
+            let file = entry.expect("entry").file_name();
+            let file = file.to_string_lossy();
+            if file.ends_with(ext) {
+                names.push(format!("consumer/{dir}/{file}"));
+            }
+        }
+    }
+    let missing: Vec<&String> = names.iter().filter(|n| !doc.contains(n.as_str())).collect();
+    assert!(
+        missing.is_empty(),
+        "docs/protocol.md does not name {missing:?}"
+    );
 }
