@@ -2,7 +2,7 @@
 # The Python consumer client (clients/python, distribution outbox-consumer): installs it with
 # its dev extras into a virtualenv of its own, target/tools/python-client-venv/ (never the
 # system's Python: a stock Debian's pip is PEP 668-locked), then checks that its copies of the
-# protocol files match the repository's (scripts/sync_protocol.sh --check, once it exists),
+# protocol files match the repository's (scripts/sync_protocol.sh --check python),
 # runs ruff, mypy --strict and pytest: unit tests on the golden data, integration tests on the
 # local Redis (127.0.0.1:6379, or OUTBOX_TEST_REDIS_URL) and Postgres (127.0.0.1:5432, or
 # OUTBOX_TEST_PG_ADDR), and end-to-end tests with target/debug/outbox-relay (and the Rust
@@ -30,7 +30,7 @@ fi
 
 if [[ -x scripts/sync_protocol.sh ]] || [[ -f scripts/sync_protocol.sh ]]; then
   echo "client-python: protocol files in sync"
-  bash scripts/sync_protocol.sh --check
+  bash scripts/sync_protocol.sh --check python
 else
   echo "client-python: scripts/sync_protocol.sh not there yet: protocol copies not checked" >&2
 fi
