@@ -7,6 +7,15 @@ import pg from "pg";
 export const REDIS_URL = process.env.OUTBOX_TEST_REDIS_URL ?? "redis://127.0.0.1:6379";
 export const PG_URL = process.env.OUTBOX_TEST_PG_URL ?? "postgres://postgres@127.0.0.1:5432";
 
+const stoppers = new Set<AbortController>();
+
+/** The stop signal of a consumer a test runs: a test that fails before stopping it still has it stopped by its cleanup. */
+export function stopper(): AbortController {
+  const c = new AbortController();
+  stoppers.add(c);
+  return c;
+}
+
 /** A Redis client for the test's own commands, and a prefix no other test uses. */
 export function redisFor(): { redis: Redis; prefix: string; cleanup: () => Promise<void> } {
   const redis = new Redis(REDIS_URL, { lazyConnect: false });
@@ -15,6 +24,11 @@ export function redisFor(): { redis: Redis; prefix: string; cleanup: () => Promi
     redis,
     prefix,
     cleanup: async () => {
+      // Consumers a failed test left running would create the keys again (MKSTREAM): stop them first.
+      const running = [...stoppers].filter((c) => !c.signal.aborted);
+      for (const c of running) c.abort();
+      stoppers.clear();
+      if (running.length > 0) await new Promise((r) => setTimeout(r, 2500));
       await deleteKeys(redis, prefix);
       redis.disconnect();
     },

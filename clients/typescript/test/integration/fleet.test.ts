@@ -1,7 +1,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { Consumer, partitionFor, type Entry } from "../../src/index.js";
-import { REDIS_URL, eventually, memoryLogger, publish, redisFor } from "../support.js";
+import { REDIS_URL, eventually, memoryLogger, publish, redisFor, stopper } from "../support.js";
 
 const TOPIC = "fleet";
 const N = 4;
@@ -20,7 +20,7 @@ test("a fleet divides a partitioned topic's partitions, keeps per-key order, and
     };
     const seen: Array<{ consumer: string; entry: Entry }> = [];
     const start = (name: string) => {
-      const stop = new AbortController();
+      const stop = stopper();
       const c = new Consumer({
         redisUrl: REDIS_URL,
         topic: TOPIC,

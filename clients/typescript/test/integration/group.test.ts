@@ -1,7 +1,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { Consumer, HandlerError, type Entry } from "../../src/index.js";
-import { REDIS_URL, eventually, memoryLogger, publish, redisFor } from "../support.js";
+import { REDIS_URL, eventually, memoryLogger, publish, redisFor, stopper } from "../support.js";
 
 const TOPIC = "orders";
 
@@ -28,7 +28,7 @@ test("handles every entry once, one key in stream order, and acknowledges", asyn
     const ids: string[] = [];
     for (let i = 0; i < 30; i++) ids.push(await publish(redis, stream, { topic: TOPIC, key: `k${i % 3}`, payload: { i } }));
     const seen: Entry[] = [];
-    const stop = new AbortController();
+    const stop = stopper();
     const c = consumer(prefix);
     const run = c.run(
       async (e) => {
@@ -63,7 +63,7 @@ test("retries with backoff, counts deliveries, dead-letters after maxDeliveries 
     await redis.xadd(stream, "*", "id", "not-a-uuid", "topic", TOPIC, "key", "c");
     const deliveries = new Map<string, number[]>();
     const done: string[] = [];
-    const stop = new AbortController();
+    const stop = stopper();
     const c = consumer(prefix, { maxDeliveries: 3 });
     const run = c.run(
       (e) => {
@@ -114,7 +114,7 @@ test("an outage is not a delivery; dead_letter and fenced kinds are honoured", a
     const refused = await publish(redis, stream, { topic: TOPIC, key: "b", payload: { refuse: true } });
     const seen: number[] = [];
     let ok = false;
-    const stop = new AbortController();
+    const stop = stopper();
     const c = consumer(prefix, { maxDeliveries: 2 });
     const run = c.run(
       (e) => {
@@ -149,7 +149,7 @@ test("claims entries idle longer than claimIdle from a dead consumer", async () 
     // A consumer that read it and died.
     await redis.xreadgroup("GROUP", "g", "ghost", "COUNT", 10, "STREAMS", stream, ">");
     const seen: Entry[] = [];
-    const stop = new AbortController();
+    const stop = stopper();
     const started = Date.now();
     const run = consumer(prefix, { claimIdle: "500ms" }).run((e) => void seen.push(e), { signal: stop.signal });
     await eventually(() => seen.length === 1, 10_000, "the claimed entry");
@@ -168,7 +168,7 @@ test("a stop finishes the entries in hand and acknowledges them", async () => {
   try {
     const stream = `${prefix}${TOPIC}`;
     for (let i = 0; i < 5; i++) await publish(redis, stream, { topic: TOPIC, key: `k${i}` });
-    const stop = new AbortController();
+    const stop = stopper();
     let started = 0;
     let finished = 0;
     const run = consumer(prefix).run(

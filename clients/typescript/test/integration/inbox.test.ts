@@ -2,7 +2,7 @@ import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import pg from "pg";
 import { Consumer, HandlerError, Inbox, ensureTables, raiseFence, type Entry } from "../../src/index.js";
-import { REDIS_URL, eventually, freshDatabase, memoryLogger, publish, redisFor } from "../support.js";
+import { REDIS_URL, eventually, freshDatabase, memoryLogger, publish, redisFor, stopper } from "../support.js";
 
 let db: { url: string; drop: () => Promise<void> };
 let pool: pg.Pool;
@@ -49,7 +49,7 @@ test("the effect and the inbox row commit together; a redelivered event is skipp
     // The same events again (a replay from the dead stream, a relay crash between two writes).
     for (const id of ids.slice(0, 5)) await publish(redis, stream, { topic: "t1", id });
     let calls = 0;
-    const stop = new AbortController();
+    const stop = stopper();
     const inbox = new Inbox(pool, async (client, entry) => {
       calls++;
       await client.query("INSERT INTO effects (event_id) VALUES ($1)", [entry.id]);
@@ -92,7 +92,7 @@ test("the inbox's database away is an outage (no delivery spent); the effect's f
       return connect();
     };
     const deliveries: number[] = [];
-    const stop = new AbortController();
+    const stop = stopper();
     const inbox = new Inbox(flaky, async (client, entry: Entry) => {
       deliveries.push(entry.deliveries);
       await client.query("INSERT INTO effects (event_id, note) VALUES ($1, 'attempt')", [entry.id]);

@@ -2,7 +2,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import net from "node:net";
 import { Consumer, type Entry } from "../../src/index.js";
-import { eventually, memoryLogger, publish, redisFor } from "../support.js";
+import { eventually, memoryLogger, publish, redisFor, stopper } from "../support.js";
 
 /** A TCP proxy to the local Redis that the test can cut and restore: a Redis outage without touching the shared server. */
 class Proxy {
@@ -39,7 +39,7 @@ test("a Redis outage is waited out: no delivery spent, nothing dead-lettered, th
     const stream = `${prefix}t`;
     const logger = memoryLogger();
     const seen: Entry[] = [];
-    const stop = new AbortController();
+    const stop = stopper();
     const consumer = new Consumer({
       redisUrl: `redis://127.0.0.1:${proxy.port}`,
       topic: "t",

@@ -3,7 +3,7 @@ import assert from "node:assert/strict";
 import { existsSync, readFileSync } from "node:fs";
 import type { Redis } from "ioredis";
 import { Consumer, PROTOCOL_DIR, type Entry } from "../../src/index.js";
-import { REDIS_URL, eventually, memoryLogger, publish, redisFor } from "../support.js";
+import { REDIS_URL, eventually, memoryLogger, publish, redisFor, stopper } from "../support.js";
 
 const missing = ["park", "hold", "unpark", "pop"].filter((f) => !existsSync(`${PROTOCOL_DIR}scripts/${f}.lua`));
 /** What the relay's admin does to release a parked key: release.lua, as shipped in protocol/scripts. */
@@ -26,7 +26,7 @@ test("parkKeys: a dead entry parks its key, its later entries are held, other ke
     const a3 = await publish(redis, stream, { topic, key: "a", payload: { n: 3 } });
     const b1 = await publish(redis, stream, { topic, key: "b", payload: { n: 1 } });
     const handled: Entry[] = [];
-    const stop = new AbortController();
+    const stop = stopper();
     const run = new Consumer({
       redisUrl: REDIS_URL,
       topic,

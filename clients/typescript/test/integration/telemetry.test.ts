@@ -3,7 +3,7 @@ import assert from "node:assert/strict";
 import * as api from "@opentelemetry/api";
 import prom from "prom-client";
 import { Consumer, HandlerError, METRICS } from "../../src/index.js";
-import { REDIS_URL, eventually, memoryLogger, publish, redisFor } from "../support.js";
+import { REDIS_URL, eventually, memoryLogger, publish, redisFor, stopper } from "../support.js";
 
 interface Recorded {
   name: string;
@@ -44,7 +44,7 @@ test("each handler call is a consumer span continuing the entry's traceparent; o
     const traced = await publish(redis, stream, { topic: "traced", key: "a", headers: { traceparent: tp, tracestate: "k=v" } });
     await publish(redis, stream, { topic: "traced", key: "b", payload: { bad: true } });
     let handled = 0;
-    const stop = new AbortController();
+    const stop = stopper();
     const run = new Consumer({ redisUrl: REDIS_URL, topic: "traced", group: "g", streamPrefix: prefix, block: "200ms", logger: memoryLogger() }).run(
       (e) => {
         handled++;

@@ -1,7 +1,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { Consumer, type Entry } from "../../src/index.js";
-import { REDIS_URL, eventually, memoryLogger, publish, redisFor } from "../support.js";
+import { REDIS_URL, eventually, memoryLogger, publish, redisFor, stopper } from "../support.js";
 
 test("one consumer over several topics: keys are per topic, dead letters go to each topic's dead stream", async () => {
   const { redis, prefix, cleanup } = redisFor();
@@ -12,7 +12,7 @@ test("one consumer over several topics: keys are per topic, dead letters go to e
       await publish(redis, `${prefix}payments`, { topic: "payments", key: "42", payload: { i } });
     }
     await publish(redis, `${prefix}payments`, { topic: "payments", key: "x", payload: { poison: true } });
-    const stop = new AbortController();
+    const stop = stopper();
     const run = new Consumer({
       redisUrl: REDIS_URL,
       topics: ["orders", "payments"],
