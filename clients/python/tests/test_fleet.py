@@ -128,3 +128,43 @@ async def test_a_topic_partitioned_later_switches_to_the_fleet(
     await eventually(lambda: len(seen) == 2, timeout=15, what="the partitioned entry")
     await run.stop()
     assert seen[1].id == event and seen[1].lease is not None
+
+
+async def test_scale_up_gives_partitions_away_after_the_batch_in_hand_and_lost_leases_return(
+    producer: Producer, redis_client: RedisClient, prefix: str
+) -> None:
+    await producer.partition("p", PARTITIONS)
+    seen: list[tuple[str, int]] = []
+
+    async def handle(entry: Entry) -> None:
+        await asyncio.sleep(0.001)
+        seen.append((entry.key or "", entry.payload["n"]))
+
+    a = Running(make(prefix, topic="p", consumer="a", claim_idle=1.5), handle)
+
+    async def all_a() -> bool:
+        return set((await owners(redis_client, prefix)).values()) == {"a"}
+
+    await eventually(all_a, timeout=15, what="a owns every partition")
+    await publish_keyed(producer, 0, 60)
+    b = Running(make(prefix, topic="p", consumer="b", claim_idle=1.5), handle)
+
+    async def divided() -> bool:
+        o = await owners(redis_client, prefix)
+        return sorted(v for v in o.values() if v) == ["a", "a", "b", "b"]
+
+    await eventually(divided, timeout=15, what="a gives two partitions to b")
+    await publish_keyed(producer, 60, 60)
+    await eventually(lambda: len({n for _, n in seen}) == 120, timeout=20, what="120 events")
+    # Redis loses the leases (a restart without them): they are taken again, higher epochs.
+    epochs = [int(await redis_client.get(f"{{{prefix}p:{p}}}:epoch:g")) for p in range(4)]
+    for p in range(PARTITIONS):
+        await redis_client.delete(f"{{{prefix}p:{p}}}:owner:g")
+    await eventually(divided, timeout=15, what="the leases taken again")
+    again = [int(await redis_client.get(f"{{{prefix}p:{p}}}:epoch:g")) for p in range(4)]
+    assert all(e2 > e1 for e1, e2 in zip(epochs, again)), (epochs, again)
+    await publish_keyed(producer, 120, 40)
+    await eventually(lambda: len({n for _, n in seen}) == 160, timeout=20, what="160 events")
+    await a.stop()
+    await b.stop()
+    assert keyed_order_ok(seen)
