@@ -244,3 +244,42 @@ def test_one_fleet_of_rust_and_python_on_a_partitioned_topic(world: World) -> No
     assert stop(py) == 0
     assert world.effects() == (201, 201), "each event exactly once across the two languages"
     assert stop(relay) == 0
+
+
+def test_a_frozen_python_owner_past_claim_idle_in_a_fleet(world: World) -> None:
+    """SIGSTOP one of two Python consumers past claim_idle while events flow (its effects
+    slowed so that it is frozen inside a transaction), SIGCONT it later: the other takes its
+    partitions over, the frozen one's late commit is fenced out, each event once."""
+    relay = world.spawn("relay", [str(RELAY), "run"], OUTBOX__TOPICS="frozen:4")
+    world.enqueue("frozen", 1)
+    world.wait(
+        lambda: world.redis.hget(f"{world.prefix}partitions", "frozen") == "4",
+        30,
+        "the partition count",
+    )
+    a = world.python_consumer("frozen", "py-a", "--effect-delay", "20ms")
+    b = world.python_consumer("frozen", "py-b", "--effect-delay", "20ms")
+    owners = [f"{{{world.prefix}frozen:{p}}}:owner:g" for p in range(4)]
+
+    def divided() -> bool:
+        return sorted(str(world.redis.get(k)) for k in owners) == ["py-a", "py-a", "py-b", "py-b"]
+
+    world.wait(divided, 30, "partitions divided")
+    world.enqueue("frozen", 150, start=1)
+    world.wait(lambda: world.effects()[1] >= 30, 60, "the first effects")
+    a.send_signal(signal.SIGSTOP)
+    try:
+        world.wait(
+            lambda: all(world.redis.get(k) == "py-b" for k in owners),
+            30,
+            "py-b takes the frozen consumer's partitions",
+        )
+        world.enqueue("frozen", 50, start=151)
+        time.sleep(1.0)
+    finally:
+        a.send_signal(signal.SIGCONT)
+    world.wait(divided, 30, "py-a back in the fleet")
+    world.wait(lambda: world.effects()[1] == 201, 120, "every event")
+    assert stop(a) == 0 and stop(b) == 0
+    assert world.effects() == (201, 201), "each event exactly once through the freeze"
+    assert stop(relay) == 0
