@@ -41,11 +41,18 @@ async def redis_client() -> AsyncIterator[RedisClient]:
     await client.aclose()
 
 
+#: Consumers a test started and has not stopped (tests.helpers.Running adds them): crashed
+#: before the test's keys are deleted, so none re-creates a stream afterwards.
+LIVE: list[Any] = []
+
+
 @pytest.fixture
 async def prefix(redis_client: RedisClient) -> AsyncIterator[str]:
     """A stream prefix of this test's own; every key containing it is deleted after."""
     p = f"pytest-{uuid.uuid4().hex[:12]}:"
     yield p
+    while LIVE:
+        await LIVE.pop().crash()
     async for key in redis_client.scan_iter(match=f"*{p}*", count=1000):
         await redis_client.delete(key)
 

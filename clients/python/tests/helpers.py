@@ -10,7 +10,7 @@ from typing import Any
 
 from outbox_consumer import Consumer, ConsumerConfig, RunStats
 
-from .conftest import REDIS_URL
+from .conftest import LIVE, REDIS_URL
 
 
 def make(prefix: str, topic: str = "t", group: str = "g", **settings: Any) -> Consumer:
@@ -49,14 +49,19 @@ class Running:
     def __init__(self, consumer: Consumer, handler: Any) -> None:
         self.consumer = consumer
         self.task: asyncio.Task[RunStats] = asyncio.create_task(consumer.run(handler))
+        LIVE.append(self)
 
     async def stop(self) -> RunStats:
+        if self in LIVE:
+            LIVE.remove(self)
         self.consumer.stop()
         stats = await asyncio.wait_for(self.task, 20)
         await self.consumer.close()
         return stats
 
     async def crash(self) -> None:
+        if self in LIVE:
+            LIVE.remove(self)
         self.task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self.task
