@@ -49,6 +49,34 @@ export interface HandlerObject {
 
 export type Handler = HandlerFn | HandlerObject;
 
+/** Handles a whole batch, all or nothing: resolving acknowledges every entry; what it throws applies to every entry. */
+export type BatchHandlerFn = (entries: Entry[]) => Promise<void> | void;
+
+/** A batch handler with work of its own beside handling (the batch inbox's retention). */
+export interface BatchHandlerObject {
+  handleBatch(entries: Entry[]): Promise<void>;
+  maintain?(group: string, signal: AbortSignal): Promise<void>;
+}
+
+/**
+ * Runs a batch handler: `consumer.run(new Batches(handler))` hands over each batch (the
+ * entries in stream order, the streams' entries merged by id) at once. Use it where one
+ * transaction per batch is what keeps up (`Inbox.forBatches`); keeping one key's entries in
+ * order inside the batch is the handler's part.
+ */
+export class Batches {
+  constructor(readonly handler: BatchHandlerFn | BatchHandlerObject) {}
+}
+
+/** What the loop runs: one entry at a time, or whole batches. */
+type Work = { kind: "entries"; handle: (entry: Entry) => Promise<void> } | { kind: "batches"; handle: (entries: Entry[]) => Promise<void> };
+
+/** A stream id `ms-seq` as a sortable pair. */
+function idOrder(id: string): [number, number] {
+  const [ms, seq] = id.split("-");
+  return [Number(ms) || 0, Number(seq) || 0];
+}
+
 /** What a run did before it returned. */
 export interface RunStats {
   /** Entries handled successfully and acknowledged. */
@@ -240,28 +268,41 @@ export class Consumer {
    * {@link HandlerError}'s kind says (any other error: a retry). On abort the handlers in
    * flight finish and their entries are acknowledged before this resolves.
    */
-  async run(handler: Handler, options: RunOptions = {}): Promise<RunStats> {
+  async run(handler: Handler | Batches, options: RunOptions = {}): Promise<RunStats> {
     if (this.running) throw new Error("this consumer is running already");
     this.running = true;
     const signal = options.signal ?? new AbortController().signal;
     const config = this.config;
-    const handle: (entry: Entry) => Promise<void> =
-      typeof handler === "function" ? async (e) => handler(e) : (e) => handler.handle(e);
+    let work: Work;
+    let owner: { maintain?(group: string, signal: AbortSignal): Promise<void> } | null = null;
+    if (handler instanceof Batches) {
+      const inner = handler.handler;
+      if (typeof inner === "function") work = { kind: "batches", handle: async (es) => inner(es) };
+      else {
+        work = { kind: "batches", handle: (es) => inner.handleBatch(es) };
+        owner = inner;
+      }
+    } else if (typeof handler === "function") {
+      work = { kind: "entries", handle: async (e) => handler(e) };
+    } else {
+      work = { kind: "entries", handle: (e) => handler.handle(e) };
+      owner = handler;
+    }
     this.telemetry = await Telemetry.load({ metrics: this.options.metrics, traces: this.options.traces });
     this.conn = connect(config.redisUrl, config.blockMs + 10_000, config.consumer);
     this.fleetConn = connect(config.redisUrl, Math.max(Math.floor(config.claimIdleMs / 3), 500), `${config.consumer}-fleet`);
     const beside = new AbortController();
     const heartbeat = this.fleet.heartbeat(this.fleetConn, beside.signal);
     const maintain =
-      typeof handler === "object" && handler.maintain
-        ? handler.maintain(config.group, beside.signal).catch((e: unknown) => this.logger.warn("handler maintenance stopped", { error: String(e) }))
+      owner?.maintain
+        ? owner.maintain(config.group, beside.signal).catch((e: unknown) => this.logger.warn("handler maintenance stopped", { error: String(e) }))
         : Promise.resolve();
     const state = new LoopState();
     this.logger.info("consumer started", { topics: config.topics, group: config.group, consumer: config.consumer });
     let fenced = false;
     try {
       while (!signal.aborted) {
-        const end = await this.consume(fenced, handle, signal, state);
+        const end = await this.consume(fenced, work, signal, state);
         if (end === "shutdown") break;
         fenced = !fenced;
       }
@@ -277,6 +318,9 @@ export class Consumer {
           });
         }
       }
+      // The heartbeat stops first: a beat running after the leave would join the members again.
+      beside.abort();
+      await heartbeat;
       if (this.fleet.isActive()) {
         try {
           await this.fleet.leave(this.fleetConn);
@@ -304,14 +348,14 @@ export class Consumer {
   /** The loop on one source until shutdown, or until the topics need the other source. */
   private async consume(
     fenced: boolean,
-    handle: (entry: Entry) => Promise<void>,
+    work: Work,
     signal: AbortSignal,
     state: LoopState,
   ): Promise<"shutdown" | "switch"> {
     while (!signal.aborted) {
       let wait = 0;
       try {
-        const turn = await this.turn(fenced, handle, state);
+        const turn = await this.turn(fenced, work, state);
         this.redisOk(state);
         if (turn === "switch") return "switch";
         if (typeof turn === "number") wait = Math.max(0, turn - now());
@@ -346,7 +390,7 @@ export class Consumer {
   }
 
   /** One step: claim when due, then own pending entries, else new ones. Returns "again", "switch" or a time to wait until. */
-  private async turn(fenced: boolean, handle: (entry: Entry) => Promise<void>, state: LoopState): Promise<"again" | "switch" | number> {
+  private async turn(fenced: boolean, work: Work, state: LoopState): Promise<"again" | "switch" | number> {
     const config = this.config;
     const conn = this.redis;
     if (this.fleet.takeStale()) state.groupReady = false;
@@ -368,7 +412,7 @@ export class Consumer {
     }
     const t = now();
     if (config.parkKeys && t >= state.nextDrain) {
-      await this.parking.drain(conn, (d) => this.processLanes(handle, [[d]]), (s) => this.check(s));
+      await this.parking.drain(conn, (d) => this.processLanes(work, [[d]]), (s) => this.check(s));
       state.nextDrain = t + DRAIN_EVERY_MS;
     }
     const streams = fenced ? this.fleet.readable(state.streams) : [...state.streams];
@@ -392,7 +436,7 @@ export class Consumer {
       if (mine.length === 0) state.nonePending(key);
       else pending.push([key, mine]);
     }
-    if (pending.length > 0) return this.pendingTurn(handle, state, pending);
+    if (pending.length > 0) return this.pendingTurn(work, state, pending);
     const read = fenced ? await this.readFenced(streams, state.unacked) : await this.readGroup(streams, state.unacked);
     state.stats.handled += state.unacked.length;
     state.unacked = [];
@@ -403,13 +447,13 @@ export class Consumer {
     for (const r of read.early) state.freshUnattempted.add(refKey(r));
     if (read.entries.length === 0) return "again";
     const deliveries = read.entries.map((raw) => newDelivery(raw, state.topicOf.get(raw.stream), config.group, 1, false));
-    await this.handleLanes(handle, state, lanes(deliveries));
+    await this.handleLanes(work, state, lanes(deliveries));
     return "again";
   }
 
   /** Own pending entries (per stream, oldest first): the lanes not waiting out a retry delay, or when to look again. */
   private async pendingTurn(
-    handle: (entry: Entry) => Promise<void>,
+    work: Work,
     state: LoopState,
     pending: Array<[string, Array<[string, number]>]>,
   ): Promise<"again" | number> {
@@ -442,14 +486,14 @@ export class Consumer {
       const times = waiting.flat().map((d) => state.retryAt.get(refKey({ stream: d.raw.stream, id: d.raw.streamId })) ?? t);
       return Math.min(Math.min(...times), state.nextClaim);
     }
-    await this.handleLanes(handle, state, ready);
+    await this.handleLanes(work, state, ready);
     return "again";
   }
 
   /** Runs the lanes, then records successes for acknowledgement and the rest for a retry. */
-  private async handleLanes(handle: (entry: Entry) => Promise<void>, state: LoopState, batch: Delivery[][]): Promise<void> {
+  private async handleLanes(work: Work, state: LoopState, batch: Delivery[][]): Promise<void> {
     if (this.config.parkKeys) await this.parking.markParked(this.redis, batch.flat());
-    const outcomes = await this.processLanes(handle, batch);
+    const outcomes = await this.processLanes(work, batch);
     let redisError: unknown = null;
     let outageError: string | null = null;
     for (const { at, fate } of outcomes) {
@@ -492,7 +536,7 @@ export class Consumer {
   }
 
   /** Runs lanes concurrently (one key's entries in order) while keeping their entries claimed. */
-  private async processLanes(handle: (entry: Entry) => Promise<void>, batch: Delivery[][]): Promise<Outcome[]> {
+  private async processLanes(work: Work, batch: Delivery[][]): Promise<Outcome[]> {
     const refs = batch.flat().filter((d) => !d.fromHeld).map((d) => ({ stream: d.raw.stream, id: d.raw.streamId }));
     const every = this.config.claimIdleMs / 3;
     const keeping = new AbortController();
@@ -509,6 +553,8 @@ export class Consumer {
       }
     })();
     try {
+      if (work.kind === "batches") return await this.wholeBatch(work.handle, batch);
+      const handle = work.handle;
       const results = await pool(
         batch.map((lane) => () => this.lane(handle, lane)),
         this.config.concurrency,
@@ -518,6 +564,47 @@ export class Consumer {
       keeping.abort();
       await keeper;
     }
+  }
+
+  /** A batch handler: one call for the batch's entries that pass the checks, all or nothing. */
+  private async wholeBatch(handle: (entries: Entry[]) => Promise<void>, lanesIn: Delivery[][]): Promise<Outcome[]> {
+    const all = lanesIn.flat().sort((a, b) => {
+      const [x, y] = [idOrder(a.raw.streamId), idOrder(b.raw.streamId)];
+      return x[0] - y[0] || x[1] - y[1];
+    });
+    const out: Outcome[] = [];
+    const batch: Array<[Delivery, Lease | null]> = [];
+    // Keys with an entry left out of the batch: their later entries wait for it.
+    const blocked = new Set<string>();
+    for (const d of all) {
+      const at = { stream: d.raw.stream, id: d.raw.streamId };
+      if (d.lane !== null && blocked.has(d.lane)) {
+        out.push({ at, fate: { fate: "held_back", fresh: !d.take } });
+        continue;
+      }
+      const before = d.parked ? await this.held(d) : await this.beforeHandling(d);
+      if ("fate" in before) {
+        if (!this.passes(before) && d.lane !== null) blocked.add(d.lane);
+        out.push({ at, fate: before });
+        continue;
+      }
+      batch.push([d, before.lease]);
+    }
+    if (batch.length === 0) return out;
+    const entries = batch.flatMap(([d, lease]) => (d.parsed instanceof EntryError ? [] : [{ ...d.parsed, lease }]));
+    let result: { kind: ErrorKind; error: string } | null = null;
+    try {
+      await (this.telemetry as Telemetry).processBatch(batch[0]?.[0].raw.stream ?? "", entries, () => handle(entries));
+    } catch (e) {
+      result = failureOf(e);
+    }
+    for (const [d] of batch) {
+      const fate = await this.afterHandler(d, result);
+      out.push({ at: { stream: d.raw.stream, id: d.raw.streamId }, fate });
+      const outcome = fate.fate === "done" ? "handled" : fate.fate === "dead_lettered" ? "dead_lettered" : fate.fate === "failed" ? "failed" : fate.fate === "outage" ? "outage" : null;
+      if (outcome && !(d.parsed instanceof EntryError)) this.telemetry?.count(d.parsed.topic, d.parsed.group, outcome);
+    }
+    return out;
   }
 
   private async lane(handle: (entry: Entry) => Promise<void>, lane: Delivery[]): Promise<Outcome[]> {

@@ -18,7 +18,7 @@
 import type { Pool, PoolClient } from "pg";
 import type { Entry, Lease } from "./entry.js";
 import { HandlerError, messageOf } from "./errors.js";
-import type { HandlerObject } from "./consumer.js";
+import type { BatchHandlerObject, HandlerObject } from "./consumer.js";
 import { sql } from "./protocol.js";
 import { ErrorLog, sleep } from "./backoff.js";
 
@@ -161,6 +161,61 @@ export async function applyOnce(client: PoolClient, group: string, entry: Entry,
   }
 }
 
+/** An effect on a batch: runs once per batch, inside its transaction, on the entries not applied before (in stream order). */
+export type BatchEffect = (client: PoolClient, entries: Entry[]) => Promise<void>;
+
+/**
+ * In one transaction on `client`: records every entry for `group` in the inbox and runs
+ * `effect` once on those not recorded before (in the given order, an id repeated in the batch
+ * once); with leases, checks every lease's fence last before the commit. Returns how many were new.
+ */
+export async function applyBatchOnce(client: PoolClient, group: string, entries: Entry[], effect: BatchEffect): Promise<number> {
+  const leases = new Map<string, [string, Lease]>();
+  for (const e of entries) if (e.lease) leases.set(`${e.topic}\n${e.lease.partition}\n${e.lease.epoch}`, [e.topic, e.lease]);
+  await client.query("BEGIN");
+  try {
+    if (leases.size > 0) await client.query("SELECT set_config('idle_in_transaction_session_timeout', $1, true)", [FENCED_IDLE_TIMEOUT]);
+    const inserted = await client.query<{ event_id: string }>(
+      `INSERT INTO outbox_inbox (consumer_group, event_id, topic)
+       SELECT $1, id, topic FROM unnest($2::uuid[], $3::text[]) AS t(id, topic)
+       ON CONFLICT DO NOTHING RETURNING event_id`,
+      [group, entries.map((e) => e.id), entries.map((e) => e.topic)],
+    );
+    const fresh = new Set(inserted.rows.map((r) => r.event_id));
+    const todo = entries.filter((e) => fresh.delete(e.id));
+    if (todo.length > 0) {
+      try {
+        await effect(client, todo);
+      } catch (e) {
+        throw new EffectFailed(e);
+      }
+    }
+    if (leases.size > 0) {
+      const list = [...leases.values()];
+      const r = await client.query<{ topic: string; partition: number; epoch: string }>(
+        `SELECT topic, partition, epoch FROM outbox_inbox_fences
+         WHERE consumer_group = $1
+           AND (topic, partition) IN (SELECT * FROM unnest($2::text[], $3::int[]))
+         FOR SHARE`,
+        [group, list.map(([t]) => t), list.map(([, l]) => l.partition)],
+      );
+      for (const [topic, lease] of list) {
+        const row = r.rows.find((f) => f.topic === topic && f.partition === lease.partition);
+        holds(topic, lease, row ? Number(row.epoch) : 0);
+      }
+    }
+    await client.query("COMMIT");
+    return todo.length;
+  } catch (e) {
+    try {
+      await client.query("ROLLBACK");
+    } catch {
+      if (e instanceof EffectFailed) e.rollbackFailed = true;
+    }
+    throw e;
+  }
+}
+
 /** Deletes up to `limit` of `group`'s rows older than `olderThanMs`, oldest first; returns how many. */
 export async function deleteOlderThan(pool: Pool, group: string, olderThanMs: number, limit: number): Promise<number> {
   const r = await pool.query(
@@ -181,20 +236,14 @@ export interface InboxOptions {
   cleanupIntervalMs?: number;
 }
 
-/**
- * The inbox as a handler: `consumer.run(new Inbox(pool, effect))`. Each entry's `effect` runs
- * in a transaction with its `outbox_inbox` row; the entry is acknowledged after the commit, and
- * a redelivered entry is acknowledged without running the effect again. The tables must exist
- * ({@link ensureTables}).
- */
-export class Inbox implements HandlerObject {
+/** What both inboxes share: the pool, the fences raised, the error mapping, the retention. */
+abstract class InboxBase {
   private readonly raised = new Map<string, number>();
   private readonly retentionMs: number;
   private readonly cleanupIntervalMs: number;
 
   constructor(
-    private readonly pool: Pool,
-    private readonly effect: Effect,
+    protected readonly pool: Pool,
     options: InboxOptions = {},
   ) {
     this.retentionMs = options.retentionMs ?? 7 * 24 * 3600 * 1000;
@@ -204,7 +253,8 @@ export class Inbox implements HandlerObject {
     if (pool.listenerCount("error") === 0) pool.on("error", () => {});
   }
 
-  async handle(entry: Entry): Promise<void> {
+  /** Runs `apply` on a client from the pool, the inbox's failures as outages, the effect's as it said. */
+  protected async withClient(entries: Entry[], apply: (client: PoolClient) => Promise<unknown>): Promise<void> {
     let client: PoolClient;
     try {
       client = await this.pool.connect();
@@ -213,8 +263,8 @@ export class Inbox implements HandlerObject {
     }
     let broken: Error | undefined;
     try {
-      await this.raiseFence(client, entry);
-      await applyOnce(client, entry.group, entry, this.effect);
+      for (const entry of entries) await this.raiseFence(client, entry);
+      await apply(client);
     } catch (e) {
       if (e instanceof EffectFailed) {
         if (e.rollbackFailed) broken = new Error("rollback failed");
@@ -232,7 +282,7 @@ export class Inbox implements HandlerObject {
     }
   }
 
-  /** Raises the entry's partition fence once per partition and epoch. */
+  /** Raises the entry's partition fence once per partition and epoch (the Rust library raises each once per topic, partition and epoch). */
   private async raiseFence(client: PoolClient, entry: Entry): Promise<void> {
     const lease = entry.lease;
     if (lease === null) return;
@@ -265,3 +315,50 @@ export class Inbox implements HandlerObject {
     }
   }
 }
+
+/**
+ * The inbox as a handler: `consumer.run(new Inbox(pool, effect))`. Each entry's `effect` runs
+ * in a transaction with its `outbox_inbox` row; the entry is acknowledged after the commit, and
+ * a redelivered entry is acknowledged without running the effect again. The tables must exist
+ * ({@link ensureTables}).
+ */
+export class Inbox extends InboxBase implements HandlerObject {
+  constructor(
+    pool: Pool,
+    private readonly effect: Effect,
+    options: InboxOptions = {},
+  ) {
+    super(pool, options);
+  }
+
+  /**
+   * The inbox around an effect on whole batches, one transaction per batch:
+   * `consumer.run(new Batches(Inbox.forBatches(pool, effect)))`. A failing batch is retried
+   * whole, and dead-lettered whole after `maxDeliveries`.
+   */
+  static forBatches(pool: Pool, effect: BatchEffect, options: InboxOptions = {}): BatchInbox {
+    return new BatchInbox(pool, effect, options);
+  }
+
+  async handle(entry: Entry): Promise<void> {
+    await this.withClient([entry], (client) => applyOnce(client, entry.group, entry, this.effect));
+  }
+}
+
+/** The inbox on whole batches: see {@link Inbox.forBatches}. */
+export class BatchInbox extends InboxBase implements BatchHandlerObject {
+  constructor(
+    pool: Pool,
+    private readonly effect: BatchEffect,
+    options: InboxOptions = {},
+  ) {
+    super(pool, options);
+  }
+
+  async handleBatch(entries: Entry[]): Promise<void> {
+    const group = entries[0]?.group;
+    if (group === undefined) return;
+    await this.withClient(entries, (client) => applyBatchOnce(client, group, entries, this.effect));
+  }
+}
+

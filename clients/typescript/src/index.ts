@@ -3,8 +3,8 @@
  * consumer group, with the Rust library's guarantees and protocol (docs/protocol.md).
  */
 
-export { Consumer, shutdownSignal, lanes } from "./consumer.js";
-export type { ClientOptions, Handler, HandlerFn, HandlerObject, RunOptions, RunStats } from "./consumer.js";
+export { Consumer, Batches, shutdownSignal, lanes } from "./consumer.js";
+export type { BatchHandlerFn, BatchHandlerObject, ClientOptions, Handler, HandlerFn, HandlerObject, RunOptions, RunStats } from "./consumer.js";
 export { ConfigError, parseDuration, isValidTopic, resolveConfig } from "./config.js";
 export type { ConsumerConfig, ConsumerOptions, Duration, Logger } from "./config.js";
 export { parseEntry, EntryError, entryToJSON, parseUuid, FIELDS } from "./entry.js";
@@ -12,8 +12,8 @@ export type { Entry, Lease, CloudEvent, EntryErrorCode, FieldValue, ParseOptions
 export { HandlerError } from "./errors.js";
 export type { ErrorKind } from "./errors.js";
 export { murmur2, partitionFor, MAX_PARTITIONS } from "./partition.js";
-export { Inbox, ensureTables, applyOnce, raiseFence, FenceError, TABLE_SQL, FENCES_SQL } from "./inbox.js";
-export type { Effect, InboxOptions, Applied } from "./inbox.js";
+export { Inbox, BatchInbox, ensureTables, applyOnce, applyBatchOnce, raiseFence, FenceError, TABLE_SQL, FENCES_SQL } from "./inbox.js";
+export type { Effect, BatchEffect, InboxOptions, Applied } from "./inbox.js";
 export { targets as fleetTargets } from "./fleet.js";
 export { METRICS } from "./telemetry.js";
 export { PROTOCOL_VERSION, PROTOCOL_DIR } from "./protocol.js";

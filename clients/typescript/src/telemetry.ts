@@ -88,6 +88,49 @@ export class Telemetry {
     }
   }
 
+  /** Runs one batch handler call in its processing span, linked to each entry's trace. */
+  async processBatch(stream: string, entries: Entry[], call: () => Promise<void>): Promise<void> {
+    const started = performance.now();
+    const first = entries[0];
+    try {
+      const api = this.otel;
+      if (!api) {
+        await call();
+        return;
+      }
+      const links = entries.flatMap((e) => {
+        const ctx = api.trace.getSpanContext(parentContext(api, e.headers));
+        return ctx ? [{ context: ctx }] : [];
+      });
+      const attributes = {
+        "messaging.system": "redis",
+        "messaging.operation.type": "process",
+        "messaging.operation.name": "process",
+        "messaging.destination.name": stream,
+        "messaging.consumer.group.name": first?.group ?? "",
+        "messaging.batch.message_count": entries.length,
+      };
+      await api.trace.getTracer("@outbox-relay/consumer").startActiveSpan(
+        `process ${stream}`,
+        { kind: api.SpanKind.CONSUMER, attributes, links },
+        api.context.active(),
+        async (span) => {
+          try {
+            await call();
+          } catch (e) {
+            span.setAttribute("error.type", "handler_failed");
+            span.setStatus({ code: api.SpanStatusCode.ERROR, message: e instanceof Error ? e.message : String(e) });
+            throw e;
+          } finally {
+            span.end();
+          }
+        },
+      );
+    } finally {
+      if (first) this.seconds?.observe({ topic: first.topic, group: first.group }, (performance.now() - started) / 1000);
+    }
+  }
+
   private async traced(api: OtelApi, stream: string, entry: Entry, call: () => Promise<void>): Promise<void> {
     const tracer = api.trace.getTracer("@outbox-relay/consumer");
     const attributes: Record<string, string | number> = {

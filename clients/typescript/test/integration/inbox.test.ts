@@ -1,7 +1,7 @@
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import pg from "pg";
-import { Consumer, HandlerError, Inbox, ensureTables, raiseFence, type Entry } from "../../src/index.js";
+import { Batches, Consumer, HandlerError, Inbox, ensureTables, raiseFence, type Entry } from "../../src/index.js";
 import { REDIS_URL, eventually, freshDatabase, memoryLogger, publish, redisFor, stopper } from "../support.js";
 
 let db: { url: string; drop: () => Promise<void> };
@@ -149,7 +149,45 @@ test("the fence: an effect under an older epoch than the partition's fence is re
   );
   // The same inbox, which raised epoch 2 itself before: its check before the commit refuses.
   await assert.rejects(() => inbox.handle(entry(2, ids[1] as string)), (e: unknown) => e instanceof HandlerError && e.kind === "fenced");
-  assert.equal(await rows(ids), 1);
+  // A batch under the stale epoch is refused whole too.
+  const batch = Inbox.forBatches(pool, async (c, es) => {
+    for (const e of es) await c.query("INSERT INTO effects (event_id) VALUES ($1)", [e.id]);
+  });
+  await assert.rejects(() => batch.handleBatch([entry(2, ids[1] as string)]), (e: unknown) => e instanceof HandlerError && e.kind === "fenced");
+  await batch.handleBatch([entry(3, ids[1] as string)]);
+  assert.equal(await rows(ids), 2, "under the current epoch it commits");
   const fence = await pool.query<{ e: number }>("SELECT epoch::int AS e FROM outbox_inbox_fences WHERE consumer_group = 'fg' AND topic = $1 AND partition = 3", [topic]);
   assert.equal(fence.rows[0]?.e, 3);
+});
+
+test("batches with the inbox: one transaction per batch, a failing batch retried whole, a redelivered event skipped", async () => {
+  const { redis, prefix, cleanup } = redisFor();
+  try {
+    const stream = `${prefix}t4`;
+    const ids: string[] = [];
+    for (let i = 0; i < 60; i++) ids.push(await publish(redis, stream, { topic: "t4", key: `k${i % 4}` }));
+    for (const id of ids.slice(0, 10)) await publish(redis, stream, { topic: "t4", id });
+    const calls: number[] = [];
+    let failOnce = true;
+    const stop = stopper();
+    const inbox = Inbox.forBatches(pool, async (client, entries) => {
+      calls.push(entries.length);
+      for (const e of entries) await client.query("INSERT INTO effects (event_id, note) VALUES ($1, 'batch')", [e.id]);
+      if (failOnce) {
+        failOnce = false;
+        throw new Error("the first batch fails after writing");
+      }
+    });
+    const run = consumer(prefix, "t4", { batchSize: 25 }).run(new Batches(inbox), { signal: stop.signal });
+    await eventually(async () => (await rows(ids)) === 60, 15_000, "60 effects");
+    await eventually(async () => ((await redis.xpending(stream, "g")))[0] === 0, 10_000, "all acknowledged");
+    stop.abort();
+    const stats = await run;
+    assert.equal(stats.handled, 70);
+    assert.equal(stats.failed, 25, "the first batch failed whole");
+    assert.ok(calls.length <= 6, `a few transactions, not one per event: ${calls.join(",")}`);
+    assert.equal(await rows(ids), 60, "each once: the failed batch rolled back, the redelivered skipped");
+  } finally {
+    await cleanup();
+  }
 });
