@@ -166,7 +166,9 @@ pub async fn run_once(deps: &CycleDeps) -> Result<CycleReport, CycleError> {
     Ok(report)
 }
 
-/// The stages, in the cycle's transaction.
+/// The stages, in the cycle's transaction: what each stage decides is pure
+/// ([`PublishPlan::of`], `batch::settle`, [`marking`], `retry::plan_all`); this runs the
+/// statements and calls between them.
 async fn claim_and_publish(
     c: &mut AsyncPgConnection,
     deps: &CycleDeps,
@@ -178,66 +180,32 @@ async fn claim_and_publish(
         report.no_slot = true;
         return Ok(report);
     }
-    let Claim {
-        chains,
-        heads,
-        deferred,
-        maxlen,
-        partitions: recorded_partitions,
-        full,
-    } = claim_chains(c, deps.size_hint.limits(deps.limits)).await?;
+    let claim = claim_chains(c, deps.size_hint.limits(deps.limits)).await?;
     deps.size_hint.observe(
-        chains.iter().map(Vec::len).sum(),
-        chains.iter().flatten().map(outbox::row_bytes).sum(),
+        claim.chains.iter().map(Vec::len).sum(),
+        claim.chains.iter().flatten().map(outbox::row_bytes).sum(),
     );
-    report.heads = heads;
-    report.full = full;
-    report.deferred = deferred;
-    if chains.is_empty() {
+    report.heads = claim.heads;
+    report.full = claim.full;
+    report.deferred = claim.deferred;
+    if claim.chains.is_empty() {
         tracing::trace!(deferred = report.deferred, "cycle claimed nothing");
         return Ok(report);
     }
-    let grouped = batch::group_by_topic(chains);
-    report.claimed = grouped.claimed;
-    report.max_seq = grouped.max_seq;
-
-    let mut rows: Vec<(String, Vec<Row>)> = Vec::with_capacity(grouped.shares.len());
-    let mut calls = Vec::with_capacity(grouped.shares.len());
-    for share in grouped.shares {
-        let maxlen = maxlen.get(&share.topic).copied();
-        // The recorded count wins: the configured one only stands in until it is recorded.
-        let partitions = recorded_partitions
-            .get(&share.topic)
-            .copied()
-            .unwrap_or_else(|| deps.topics.configured_partitions(&share.topic));
-        calls.push((
-            share.topic.clone(),
-            Publish {
-                chains: share.chains,
-                maxlen,
-                partitions,
-            },
-        ));
-        rows.push((share.topic, share.rows));
-    }
+    let PublishPlan {
+        calls,
+        rows,
+        claimed,
+        max_seq,
+    } = PublishPlan::of(claim, |topic| deps.topics.configured_partitions(topic));
+    report.claimed = claimed;
+    report.max_seq = max_seq;
     register_new_topics(c, deps, &calls, &mut report).await?;
     if let Some(held) = deps.gate.held() {
         // Held since the cycle began: nothing is sent, the batch rolls back.
         return Err(CycleError::Redis(PublishError::Outage(held)));
     }
-    let (standbys, timeout) = deps.standbys;
-    if standbys > 0 {
-        // The claimed rows' commits are before this point of the WAL: once the standbys have
-        // flushed it, a failover to one of them keeps every event about to be published.
-        if !crate::db::standbys::wait(c, standbys, timeout).await? {
-            let error = DbError::Standbys(format!(
-                "fewer than {standbys} standby(s) flushed the WAL to the batch's claim within {timeout:?} (database.wait_standbys): the batch goes back to pending, no attempt spent"
-            ));
-            crate::telemetry::wait_standbys_timed_out(&error);
-            return Err(CycleError::Postgres(error));
-        }
-        crate::telemetry::wait_standbys_met();
-    }
+    wait_standbys(c, deps.standbys).await?;
     let results = publish(c, deps, calls, overlap.then_some(&rows)).await?;
     let results = repair::stage(deps.topics.publisher(), &deps.db, deps.repair, results).await;
     if let Some(outage) = whole_outage(deps, &results) {
@@ -254,6 +222,77 @@ async fn claim_and_publish(
     Ok(report)
 }
 
+/// What the publish stage sends and what the outcomes are settled against, planned from a
+/// claim: each topic's publish (its chains, its trimming, its partition count) and its rows,
+/// topics in the same order in both.
+struct PublishPlan {
+    /// Each topic's publish, for its dispatcher.
+    calls: Vec<(String, Publish)>,
+    /// Each topic's rows, in the order its dispatcher answers in.
+    rows: Vec<(String, Vec<Row>)>,
+    /// Events in the batch.
+    claimed: usize,
+    /// The highest `seq` claimed.
+    max_seq: Option<i64>,
+}
+
+impl PublishPlan {
+    /// Groups the claim by topic (`batch::group_by_topic`) and gives each topic its trimming
+    /// and partition count: the recorded count wins, `configured` only stands in until a
+    /// count is recorded.
+    fn of(claim: Claim, configured: impl Fn(&str) -> u32) -> PublishPlan {
+        let Claim {
+            chains,
+            maxlen,
+            partitions: recorded,
+            ..
+        } = claim;
+        let grouped = batch::group_by_topic(chains);
+        let mut plan = PublishPlan {
+            calls: Vec::with_capacity(grouped.shares.len()),
+            rows: Vec::with_capacity(grouped.shares.len()),
+            claimed: grouped.claimed,
+            max_seq: grouped.max_seq,
+        };
+        for share in grouped.shares {
+            let partitions = recorded
+                .get(&share.topic)
+                .copied()
+                .unwrap_or_else(|| configured(&share.topic));
+            let publish = Publish {
+                chains: share.chains,
+                maxlen: maxlen.get(&share.topic).copied(),
+                partitions,
+            };
+            plan.calls.push((share.topic.clone(), publish));
+            plan.rows.push((share.topic, share.rows));
+        }
+        plan
+    }
+}
+
+/// With `database.wait_standbys`, waits until enough standbys have flushed the WAL up to the
+/// batch's claim; in vain, the batch rolls back.
+async fn wait_standbys(
+    c: &mut AsyncPgConnection,
+    (standbys, timeout): (u32, Duration),
+) -> Result<(), CycleError> {
+    if standbys == 0 {
+        return Ok(());
+    }
+    // The claimed rows' commits are before this point of the WAL: once the standbys have
+    // flushed it, a failover to one of them keeps every event about to be published.
+    if !crate::db::standbys::wait(c, standbys, timeout).await? {
+        let error = DbError::Standbys(format!(
+            "fewer than {standbys} standby(s) flushed the WAL to the batch's claim within {timeout:?} (database.wait_standbys): the batch goes back to pending, no attempt spent"
+        ));
+        crate::telemetry::wait_standbys_timed_out(&error);
+        return Err(CycleError::Postgres(error));
+    }
+    crate::telemetry::wait_standbys_met();
+    Ok(())
+}
+
 /// Records in `outbox_topics`, in this transaction, the batch's topics this replica has not
 /// registered yet: once their events are published, every replica's first scrape has them.
 async fn register_new_topics(
@@ -262,19 +301,26 @@ async fn register_new_topics(
     calls: &[(String, Publish)],
     report: &mut CycleReport,
 ) -> Result<(), DbError> {
-    let new: Vec<(String, u32)> = deps
+    let missing = deps
         .registered
-        .missing(calls.iter().map(|(topic, _)| topic.as_str()))
-        .into_iter()
-        .filter_map(|topic| calls.iter().find(|(t, _)| t == topic))
-        .map(|(topic, publish)| (topic.clone(), publish.partitions))
-        .collect();
+        .missing(calls.iter().map(|(topic, _)| topic.as_str()));
+    let new = new_topics(&missing, calls);
     if new.is_empty() {
         return Ok(());
     }
     crate::db::topics::register_all(c, &new).await?;
     report.registered = new.into_iter().map(|(topic, _)| topic).collect();
     Ok(())
+}
+
+/// The topics of `calls` among `missing` (those this replica has not registered), each with
+/// the partition count it is published at.
+fn new_topics(missing: &[&str], calls: &[(String, Publish)]) -> Vec<(String, u32)> {
+    missing
+        .iter()
+        .filter_map(|topic| calls.iter().find(|(t, _)| t == topic))
+        .map(|(topic, publish)| (topic.clone(), publish.partitions))
+        .collect()
 }
 
 /// On one Redis server, a batch whose every topic met an outage met Redis's: the cycle rolls
@@ -325,10 +371,8 @@ async fn apply(
     settled: Settled<'_>,
     report: &mut CycleReport,
 ) -> Result<(), CycleError> {
-    if overlap && settled.unsettled {
-        // The overlapped mark also covered events that must stay pending: undo it alone. The
-        // rows stay locked by this transaction, so no other worker or replica can claim them
-        // and take this cycle's appends for a crash's.
+    let marking = marking(overlap, settled.unsettled);
+    if marking.undo_overlapped {
         outbox::undo_overlapped_mark(c).await?;
         deps.overlap.be_careful();
         tracing::debug!(
@@ -337,7 +381,7 @@ async fn apply(
             "an event failed in an overlapped cycle: its mark undone, publishing first for a while"
         );
     }
-    if !overlap || settled.unsettled {
+    if marking.mark_done {
         mark(c, deps, &settled.done).await?;
     }
     let failures = retry::plan_all(&deps.retry, settled.faults, rand::random::<f64>);
@@ -364,6 +408,27 @@ async fn apply(
     Ok(())
 }
 
+/// What the apply stage does about the marks.
+#[derive(Debug, PartialEq, Eq)]
+struct Marking {
+    /// Roll back to the savepoint taken before the overlapped mark.
+    undo_overlapped: bool,
+    /// Mark (or delete) the rows that reached their stream.
+    mark_done: bool,
+}
+
+/// The marks to write once the outcomes are settled: `overlap`, the mark already ran beside the
+/// publish; `unsettled`, some events must stay pending. An overlapped mark that also covered
+/// such events is undone alone, and the rows that reached their stream are marked again: the
+/// rows stay locked by this transaction, so no other worker or replica can claim them and take
+/// this cycle's appends for a crash's.
+fn marking(overlap: bool, unsettled: bool) -> Marking {
+    Marking {
+        undo_overlapped: overlap && unsettled,
+        mark_done: !overlap || unsettled,
+    }
+}
+
 /// Marks published (or deletes, in `published_for = 0s` mode) the rows at `ctids`.
 async fn mark(
     c: &mut AsyncPgConnection,
@@ -374,5 +439,116 @@ async fn mark(
         outbox::delete_published(c, ctids).await
     } else {
         outbox::mark_published(c, ctids).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::db::outbox::ClaimedRow;
+    use uuid::Uuid;
+
+    fn row(topic: &str, key: Option<&str>, seq: i64) -> ClaimedRow {
+        ClaimedRow {
+            id: Uuid::new_v4(),
+            seq,
+            topic: topic.into(),
+            partition_key: key.map(Into::into),
+            payload: "{}".into(),
+            headers: "{}".into(),
+            created_at: Utc::now(),
+            attempts: 0,
+            ready: true,
+            ctid: format!("(0,{seq})"),
+        }
+    }
+
+    /// A claim of three topics: `a` recorded at 4 partitions and trimmed, `b` configured at 3
+    /// and not recorded yet, `c` neither.
+    fn mixed_claim() -> Claim {
+        Claim {
+            chains: vec![
+                vec![row("a", Some("k"), 1), row("a", Some("k"), 5)],
+                vec![row("b", None, 2)],
+                vec![row("a", None, 3)],
+                vec![row("c", Some("k"), 4)],
+            ],
+            heads: 4,
+            maxlen: HashMap::from([("a".to_string(), 100)]),
+            partitions: HashMap::from([("a".to_string(), 4)]),
+            ..Claim::default()
+        }
+    }
+
+    fn configured(topic: &str) -> u32 {
+        match topic {
+            "a" => 8,
+            "b" => 3,
+            _ => 1,
+        }
+    }
+
+    #[test]
+    fn a_mixed_claim_is_planned_per_topic_in_order_of_first_appearance() {
+        let plan = PublishPlan::of(mixed_claim(), configured);
+        assert_eq!(plan.claimed, 5);
+        assert_eq!(plan.max_seq, Some(5));
+        let topics: Vec<&str> = plan.calls.iter().map(|(t, _)| t.as_str()).collect();
+        assert_eq!(topics, ["a", "b", "c"]);
+        let row_topics: Vec<&str> = plan.rows.iter().map(|(t, _)| t.as_str()).collect();
+        assert_eq!(row_topics, topics);
+        // The recorded count wins over the configured one; the configured one stands in
+        // until a count is recorded; a topic of neither has one partition.
+        let partitions: Vec<u32> = plan.calls.iter().map(|(_, p)| p.partitions).collect();
+        assert_eq!(partitions, [4, 3, 1]);
+        let maxlen: Vec<Option<u64>> = plan.calls.iter().map(|(_, p)| p.maxlen).collect();
+        assert_eq!(maxlen, [Some(100), None, None]);
+        // Each topic's rows follow its chains flattened: the dispatcher's answer order.
+        let (_, a) = &plan.calls[0];
+        assert_eq!(a.chains.len(), 2);
+        assert_eq!(a.chains[0].len(), 2);
+        let ctids: Vec<&str> = plan.rows[0].1.iter().map(|r| r.ctid.as_str()).collect();
+        assert_eq!(ctids, ["(0,1)", "(0,5)", "(0,3)"]);
+    }
+
+    #[test]
+    fn only_the_missing_topics_are_registered_at_the_count_they_are_published_at() {
+        let plan = PublishPlan::of(mixed_claim(), configured);
+        assert_eq!(
+            new_topics(&["b", "not-in-this-batch", "a"], &plan.calls),
+            [("b".to_string(), 3), ("a".to_string(), 4)]
+        );
+        assert!(new_topics(&[], &plan.calls).is_empty());
+    }
+
+    #[test]
+    fn an_overlapped_mark_is_undone_only_when_some_events_stay_pending() {
+        // Publish first: the done rows are marked after the publish, whatever failed.
+        for unsettled in [false, true] {
+            assert_eq!(
+                marking(false, unsettled),
+                Marking {
+                    undo_overlapped: false,
+                    mark_done: true
+                }
+            );
+        }
+        // Overlapped and every event appended or duplicate: the mark already covers them.
+        assert_eq!(
+            marking(true, false),
+            Marking {
+                undo_overlapped: false,
+                mark_done: false
+            }
+        );
+        // Overlapped and one failed mid-batch: the mark is undone and the done rows are
+        // marked again, in the same transaction.
+        assert_eq!(
+            marking(true, true),
+            Marking {
+                undo_overlapped: true,
+                mark_done: true
+            }
+        );
     }
 }
