@@ -5,7 +5,9 @@
 //! it returns one [`Outcome`] per event. A failure that is the event's fault (WRONGTYPE,
 //! oversized entry, ...) fails that event and skips the rest of its chain, so a key never
 //! gets a later event ahead of an earlier one. A failure that is nobody's fault (Redis away,
-//! timeout, LOADING) fails the whole call with [`PublishError::Outage`].
+//! timeout, LOADING) fails the whole call with [`PublishError::Outage`]. Which events go in
+//! which call, and what a failure does to the rest of a chain, is planned without Redis
+//! (`plan`); this module sends the calls.
 
 pub mod classify;
 pub mod connect;
@@ -18,6 +20,7 @@ pub mod lost;
 pub mod marks;
 pub mod memory;
 pub mod parked;
+mod plan;
 pub mod script;
 mod trace;
 
@@ -413,9 +416,8 @@ impl Publisher {
 
     /// Publishes chains to one stream; returns an outcome per event id, in input order.
     ///
-    /// Events go out in script calls of at most [`CALL_BYTES`], one after the other, so a
-    /// batch of big events never turns into one call too large to finish within the timeout.
-    /// A chain that failed in one call is skipped in the next.
+    /// Which events go in which script call, and what a failure does to the rest of its
+    /// chain, is [`plan::CallPlan`]'s; this sends its calls one after the other.
     async fn publish_to(
         &self,
         at: &Partition<'_>,
@@ -426,107 +428,75 @@ impl Publisher {
     ) -> Result<Vec<(Uuid, Outcome)>, PublishError> {
         let maxlen = maxlen.or(self.config.maxlen).unwrap_or(0);
         let cloudevents = self.config.envelopes.of(topic) == Envelope::CloudEvents;
+        let body = |event: &StreamEvent| {
+            if !cloudevents {
+                return Ok(None);
+            }
+            self.config
+                .envelopes
+                .cloudevent(event, &event.headers)
+                .map(Some)
+                .map_err(|e| format!("cannot be written as a CloudEvent: {e}"))
+        };
         let mut mark = self.marks.get(at.stream);
-        // Flatten in order; each event remembers its chain's index (unkeyed events are
-        // chains of one, so they never share a failure).
-        let mut items: Vec<(&StreamEvent, usize)> = Vec::new();
-        for (n, chain) in chains.iter().enumerate() {
-            items.extend(chain.iter().map(|event| (event, n)));
+        let mut plan = plan::CallPlan::new(chains, self.config.max_payload_bytes, CALL_BYTES);
+        while let Some(mut call) = plan.next_call(body) {
+            let replies = self
+                .send(at, topic, &mut call, maxlen, &mut mark, reached)
+                .await?;
+            plan.record(&call, replies);
         }
-        let mut outcomes: Vec<Option<Outcome>> = vec![None; items.len()];
-        let mut failed = vec![false; chains.len()];
-        let mut start = 0;
-        while start < items.len() {
-            let mut call: Vec<usize> = Vec::new();
-            // A CloudEvents call's `cloudevent` fields, aligned with `call`.
-            let mut bodies: Vec<String> = Vec::new();
-            let mut bytes = 0;
-            let mut end = start;
-            while end < items.len() && (call.is_empty() || bytes < CALL_BYTES) {
-                let (event, chain) = items[end];
-                if failed[chain] {
-                    outcomes[end] = Some(Outcome::Skipped);
-                } else {
-                    let body = if cloudevents {
-                        match self.config.envelopes.cloudevent(event, &event.headers) {
-                            Ok(body) => Some(body),
-                            Err(e) => {
-                                outcomes[end] = Some(Outcome::Failed(format!(
-                                    "cannot be written as a CloudEvent: {e}"
-                                )));
-                                failed[chain] = true;
-                                end += 1;
-                                continue;
-                            }
-                        }
-                    } else {
-                        None
-                    };
-                    let size = body
-                        .as_deref()
-                        .map_or_else(|| event.entry_size(), envelope::entry_size);
-                    if size > self.config.max_payload_bytes {
-                        outcomes[end] = Some(Outcome::Failed(format!(
-                            "entry is {size} bytes, over redis.max_payload_bytes ({})",
-                            self.config.max_payload_bytes
-                        )));
-                        failed[chain] = true;
-                    } else {
-                        bytes += size;
-                        call.push(end);
-                        bodies.extend(body);
-                    }
-                }
-                end += 1;
-            }
-            if !call.is_empty() {
-                let sent: Vec<(&StreamEvent, usize)> = call.iter().map(|&i| items[i]).collect();
-                // Traced events go out in spans of their traces.
-                let partition = (at.of > 1).then_some(at.index);
-                let spans = trace::Spans::start(at.stream, partition, &sent, self.config.traced);
-                if cloudevents {
-                    self.retrace(&sent, &spans, &mut bodies);
-                }
-                let bodies = cloudevents.then_some(bodies.as_slice());
-                let reply = self
-                    .invoke(at.stream, topic, &sent, maxlen, mark, &spans, bodies)
-                    .await;
-                spans.finish(&reply);
-                let replies = match reply? {
-                    script::Reply::Done(replies, last) => {
-                        if let Some(last) = last {
-                            // The next call of this batch checks against it.
-                            mark = Some(last);
-                            reached.push((at.stream.to_string(), last));
-                        }
-                        replies
-                    }
-                    script::Reply::Behind { last, first } => {
-                        return Err(PublishError::Behind(Box::new(Behind {
-                            topic: topic.to_string(),
-                            stream: at.stream.to_string(),
-                            partition: at.index,
-                            partitions: at.of,
-                            mark: mark.unwrap_or(EntryId { ms: 0, seq: 0 }),
-                            last,
-                            first,
-                        })))
-                    }
-                };
-                for (&i, outcome) in call.iter().zip(replies) {
-                    if matches!(outcome, Outcome::Failed(_)) {
-                        failed[items[i].1] = true;
-                    }
-                    outcomes[i] = Some(outcome);
-                }
-            }
-            start = end;
+        Ok(plan.outcomes())
+    }
+
+    /// Sends one planned call to `at`'s stream; returns its events' outcomes, in order. The
+    /// call's last entry raises `mark`, which the next call of the batch checks against, and
+    /// goes to `reached`.
+    async fn send(
+        &self,
+        at: &Partition<'_>,
+        topic: &str,
+        call: &mut plan::Call<'_>,
+        maxlen: u64,
+        mark: &mut Option<EntryId>,
+        reached: &mut Vec<(String, EntryId)>,
+    ) -> Result<Vec<Outcome>, PublishError> {
+        // Traced events go out in spans of their traces.
+        let partition = (at.of > 1).then_some(at.index);
+        let spans = trace::Spans::start(at.stream, partition, &call.sent, self.config.traced);
+        if let Some(bodies) = call.bodies.as_mut() {
+            self.retrace(&call.sent, &spans, bodies);
         }
-        Ok(items
-            .iter()
-            .zip(outcomes)
-            .map(|((event, _), outcome)| (event.id, outcome.unwrap_or(Outcome::Skipped)))
-            .collect())
+        let reply = self
+            .invoke(
+                at.stream,
+                topic,
+                &call.sent,
+                maxlen,
+                *mark,
+                &spans,
+                call.bodies.as_deref(),
+            )
+            .await;
+        spans.finish(&reply);
+        match reply? {
+            script::Reply::Done(replies, last) => {
+                if let Some(last) = last {
+                    *mark = Some(last);
+                    reached.push((at.stream.to_string(), last));
+                }
+                Ok(replies)
+            }
+            script::Reply::Behind { last, first } => Err(PublishError::Behind(Box::new(Behind {
+                topic: topic.to_string(),
+                stream: at.stream.to_string(),
+                partition: at.index,
+                partitions: at.of,
+                mark: mark.unwrap_or(EntryId { ms: 0, seq: 0 }),
+                last,
+                first,
+            }))),
+        }
     }
 
     /// The `cloudevent` fields of `sent`'s traced events, written again with the
