@@ -249,7 +249,9 @@ impl Consumer {
     /// One step of the loop: claim from dead consumers when due, then handle own pending
     /// entries, or else read new ones. Entries handled in the last step are acknowledged
     /// in the same round trip as the next read, or before anything that lists pending
-    /// entries (which must not find them).
+    /// entries (which must not find them). What it does when is decided by pure functions
+    /// ([`Layout::of`], [`drain_due`], [`Chores::due`], [`to_check`], [`ready_lanes`]); this
+    /// runs the commands between them.
     async fn turn<S: Source, P: Process>(
         &self,
         ctx: &Ctx<'_, S>,
@@ -257,75 +259,19 @@ impl Consumer {
         state: &mut LoopState,
         process: &P,
     ) -> redis::RedisResult<Turn> {
-        let config = &self.config;
-        let source = ctx.source;
         if self.fleet.take_stale() {
             state.group_ready = false;
         }
         if !state.group_ready {
-            let topics = stream::resolve_partitions(conn, config).await?;
-            state.streams = topics.iter().flat_map(|(_, s)| s.iter().cloned()).collect();
-            state.topic_of = topics
-                .iter()
-                .flat_map(|(topic, streams)| {
-                    let topic: Arc<str> = Arc::from(topic.as_str());
-                    streams.iter().map(move |s| (s.clone(), topic.clone()))
-                })
-                .collect();
-            for key in &state.streams {
-                stream::ensure_group(conn, key, &config.group).await?;
-            }
-            self.fleet.configure(&topics);
-            // A restart under the same name, or a new set of streams: look at each first.
-            state.maybe_pending = state.streams.iter().cloned().collect();
-            state.group_ready = true;
+            self.set_up(conn, state).await?;
         }
         if self.fleet.is_active() != S::FENCED {
             return Ok(Turn::Switch);
         }
-        // Between batches, nothing is in hand: streams given up (after acknowledging what
-        // was handled) and taken over.
-        if source.releasing() {
-            state.flush(conn, config, source).await?;
-        }
-        let changes = source.rebalance(conn, config).await?;
-        for stream in &changes.released {
-            state.none_pending(stream);
-        }
-        state.maybe_pending.extend(changes.taken);
-        let now = Instant::now();
-        if config.park_keys && now >= state.next_drain {
-            // Keys an operator released: their held entries first, in order.
-            crate::park::drain(ctx, conn, &self.group, process).await?;
-            state.next_drain = now + DRAIN_EVERY;
-        }
-        let streams = source.readable(&state.streams);
-        let claim_due = now >= state.next_claim;
-        let check_due = streams.iter().any(|s| state.maybe_pending.contains(s));
-        if check_due || claim_due {
-            state.flush(conn, config, source).await?;
-        }
-        if claim_due {
-            for key in &streams {
-                let claimed = source.claim_abandoned(conn, config, key).await?;
-                if claimed > 0 {
-                    tracing::info!(claimed, stream = %key, "claimed entries idle longer than claim_idle from other consumers");
-                    state.maybe_pending.insert(key.clone());
-                }
-            }
-            state.next_claim = now + claim_every(config);
-        }
-        // Only the streams readable now are looked at: a partition whose lease cannot be
-        // trusted at the moment keeps its mark until it is readable and found empty, so its
-        // older entries still come before anything newer read from it.
-        let to_check: Vec<Arc<str>> = streams
-            .iter()
-            .filter(|s| state.maybe_pending.contains(*s))
-            .cloned()
-            .collect();
+        let streams = self.upkeep(ctx, conn, state, process).await?;
         let mut pending = Vec::new();
-        for key in to_check {
-            let mine = source.pending_mine(conn, config, &key).await?;
+        for key in to_check(&streams, &state.maybe_pending) {
+            let mine = ctx.source.pending_mine(conn, &self.config, &key).await?;
             if mine.is_empty() {
                 state.none_pending(&key);
             } else {
@@ -335,8 +281,82 @@ impl Consumer {
         if !pending.is_empty() {
             return self.pending_turn(ctx, conn, state, process, pending).await;
         }
-        let read = source
-            .read_new(conn, config, &streams, &state.unacked)
+        self.read_turn(ctx, conn, state, process, &streams).await
+    }
+
+    /// Resolves the topics' streams (each topic's, or each of its partitions') and makes the
+    /// group on each.
+    async fn set_up(&self, conn: &mut RedisConn, state: &mut LoopState) -> redis::RedisResult<()> {
+        let topics = stream::resolve_partitions(conn, &self.config).await?;
+        let Layout { streams, topic_of } = Layout::of(&topics);
+        state.streams = streams;
+        state.topic_of = topic_of;
+        for key in &state.streams {
+            stream::ensure_group(conn, key, &self.config.group).await?;
+        }
+        self.fleet.configure(&topics);
+        // A restart under the same name, or a new set of streams: look at each first.
+        state.maybe_pending = state.streams.iter().cloned().collect();
+        state.group_ready = true;
+        Ok(())
+    }
+
+    /// What a turn does between batches, with nothing in hand: streams given up (after
+    /// acknowledging what was handled) and taken over, released parked keys drained, entries
+    /// abandoned by dead consumers claimed. Returns the streams readable now.
+    async fn upkeep<S: Source, P: Process>(
+        &self,
+        ctx: &Ctx<'_, S>,
+        conn: &mut RedisConn,
+        state: &mut LoopState,
+        process: &P,
+    ) -> redis::RedisResult<Vec<Arc<str>>> {
+        let (config, source) = (&self.config, ctx.source);
+        if source.releasing() {
+            state.flush(conn, config, source).await?;
+        }
+        let changes = source.rebalance(conn, config).await?;
+        for stream in &changes.released {
+            state.none_pending(stream);
+        }
+        state.maybe_pending.extend(changes.taken);
+        let now = Instant::now();
+        if drain_due(config.park_keys, state.next_drain, now) {
+            // Keys an operator released: their held entries first, in order.
+            crate::park::drain(ctx, conn, &self.group, process).await?;
+            state.next_drain = now + DRAIN_EVERY;
+        }
+        let streams = source.readable(&state.streams);
+        let chores = Chores::due(&streams, &state.maybe_pending, state.next_claim, now);
+        if chores.flush {
+            state.flush(conn, config, source).await?;
+        }
+        if chores.claim {
+            for key in &streams {
+                let claimed = source.claim_abandoned(conn, config, key).await?;
+                if claimed > 0 {
+                    tracing::info!(claimed, stream = %key, "claimed entries idle longer than claim_idle from other consumers");
+                    state.maybe_pending.insert(key.clone());
+                }
+            }
+            state.next_claim = now + claim_every(config);
+        }
+        Ok(streams)
+    }
+
+    /// Reads new entries from `streams`, acknowledging what was handled in the same round
+    /// trip, and handles them.
+    async fn read_turn<S: Source, P: Process>(
+        &self,
+        ctx: &Ctx<'_, S>,
+        conn: &mut RedisConn,
+        state: &mut LoopState,
+        process: &P,
+        streams: &[Arc<str>],
+    ) -> redis::RedisResult<Turn> {
+        let read = ctx
+            .source
+            .read_new(conn, &self.config, streams, &state.unacked)
             .await?;
         state.stats.handled += state.unacked.len() as u64;
         state.unacked.clear();
@@ -402,24 +422,14 @@ impl Consumer {
             tracing::warn!(count = gone.len(), "pending entries no longer in their stream (trimmed or deleted): acknowledged without handling");
             ctx.source.ack(conn, &self.config, &gone).await?;
         }
-        let now = Instant::now();
-        let (ready, waiting): (Vec<Vec<Delivery>>, Vec<Vec<Delivery>>) =
-            handling::lanes(deliveries).into_iter().partition(|lane| {
-                lane.iter()
-                    .all(|d| state.retry_at.get(&d.raw.at()).is_none_or(|t| *t <= now))
-            });
-        if ready.is_empty() {
-            let earliest = waiting
-                .iter()
-                .flatten()
-                .filter_map(|d| state.retry_at.get(&d.raw.at()))
-                .min()
-                .copied()
-                .unwrap_or(now);
-            return Ok(Turn::Wait(earliest.min(state.next_claim)));
+        let lanes = handling::lanes(deliveries);
+        match ready_lanes(lanes, &state.retry_at, Instant::now(), state.next_claim) {
+            Ok(ready) => {
+                self.handle(ctx, state, process, ready).await?;
+                Ok(Turn::Again)
+            }
+            Err(wake) => Ok(Turn::Wait(wake)),
         }
-        self.handle(ctx, state, process, ready).await?;
-        Ok(Turn::Again)
     }
 
     /// Runs the lanes, then records the successes for acknowledgement (with the next read)
@@ -539,6 +549,100 @@ async fn keep_claimed<S: Source>(
     }
 }
 
+/// The streams a turn reads and the topic of each: each topic's stream, or each of its
+/// partitions', from the topics as resolved with the group.
+#[derive(Debug)]
+struct Layout {
+    streams: Vec<Arc<str>>,
+    topic_of: HashMap<Arc<str>, Arc<str>>,
+}
+
+impl Layout {
+    fn of(topics: &[(String, Vec<Arc<str>>)]) -> Layout {
+        Layout {
+            streams: topics.iter().flat_map(|(_, s)| s.iter().cloned()).collect(),
+            topic_of: topics
+                .iter()
+                .flat_map(|(topic, streams)| {
+                    let topic: Arc<str> = Arc::from(topic.as_str());
+                    streams.iter().map(move |s| (s.clone(), topic.clone()))
+                })
+                .collect(),
+        }
+    }
+}
+
+/// Whether to look for parked keys an operator released: with `park_keys`, once `next` has
+/// come.
+fn drain_due(park_keys: bool, next: Instant, now: Instant) -> bool {
+    park_keys && now >= next
+}
+
+/// What a turn does before it looks for its own pending entries.
+#[derive(Debug, PartialEq, Eq)]
+struct Chores {
+    /// Claim the entries other consumers left idle too long, on each readable stream.
+    claim: bool,
+    /// Acknowledge what was handled first: pending entries are about to be listed (to look
+    /// at them, or after a claim), and must not include those.
+    flush: bool,
+}
+
+impl Chores {
+    /// The chores due at `now` on the readable `streams`.
+    fn due(
+        streams: &[Arc<str>],
+        maybe_pending: &HashSet<Arc<str>>,
+        next_claim: Instant,
+        now: Instant,
+    ) -> Chores {
+        let claim = now >= next_claim;
+        let check = streams.iter().any(|s| maybe_pending.contains(s));
+        Chores {
+            claim,
+            flush: claim || check,
+        }
+    }
+}
+
+/// The readable streams to look for own pending entries in. Only those readable now: a
+/// partition whose lease cannot be trusted at the moment keeps its mark until it is readable
+/// and found empty, so its older entries still come before anything newer read from it.
+fn to_check(streams: &[Arc<str>], maybe_pending: &HashSet<Arc<str>>) -> Vec<Arc<str>> {
+    streams
+        .iter()
+        .filter(|s| maybe_pending.contains(*s))
+        .cloned()
+        .collect()
+}
+
+/// The lanes of own pending entries to handle now: those with no entry waiting out a retry
+/// delay. When every lane waits, `Err` with the instant to wake at: the earliest retry, or
+/// the next claim round if that comes first.
+fn ready_lanes(
+    lanes: Vec<Vec<Delivery>>,
+    retry_at: &HashMap<EntryRef, Instant>,
+    now: Instant,
+    next_claim: Instant,
+) -> Result<Vec<Vec<Delivery>>, Instant> {
+    let (ready, waiting): (Vec<Vec<Delivery>>, Vec<Vec<Delivery>>) =
+        lanes.into_iter().partition(|lane| {
+            lane.iter()
+                .all(|d| retry_at.get(&d.raw.at()).is_none_or(|t| *t <= now))
+        });
+    if !ready.is_empty() {
+        return Ok(ready);
+    }
+    let earliest = waiting
+        .iter()
+        .flatten()
+        .filter_map(|d| retry_at.get(&d.raw.at()))
+        .min()
+        .copied()
+        .unwrap_or(now);
+    Err(earliest.min(next_claim))
+}
+
 /// How often to look for entries abandoned by dead consumers.
 fn claim_every(config: &ConsumerConfig) -> Duration {
     (config.claim_idle / 2).clamp(Duration::from_millis(100), Duration::from_secs(30))
@@ -656,6 +760,147 @@ impl LoopState {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::stream::RawEntry;
+
+    fn s(name: &str) -> Arc<str> {
+        Arc::from(name)
+    }
+
+    /// A redelivery (the second) of entry `id` of `stream`, of partition key `key`.
+    fn delivery(stream: &str, id: &str, key: &str) -> Delivery {
+        let raw = RawEntry {
+            stream: s(stream),
+            stream_id: id.into(),
+            fields: vec![("key".into(), redis::Value::BulkString(key.into()))],
+        };
+        Delivery::new(raw, Some("t"), &s("g"), 2, true)
+    }
+
+    fn at(stream: &str, id: &str) -> EntryRef {
+        EntryRef {
+            stream: s(stream),
+            id: id.into(),
+        }
+    }
+
+    #[test]
+    fn the_layout_reads_every_partition_and_knows_each_streams_topic() {
+        let topics = vec![
+            (
+                "orders".to_string(),
+                vec![s("outbox:orders:0"), s("outbox:orders:1")],
+            ),
+            ("audit".to_string(), vec![s("outbox:audit")]),
+        ];
+        let layout = Layout::of(&topics);
+        assert_eq!(
+            layout.streams,
+            [
+                s("outbox:orders:0"),
+                s("outbox:orders:1"),
+                s("outbox:audit")
+            ]
+        );
+        let topic = |stream: &str| layout.topic_of.get(stream).map(|t| t.to_string());
+        assert_eq!(topic("outbox:orders:1").as_deref(), Some("orders"));
+        assert_eq!(topic("outbox:audit").as_deref(), Some("audit"));
+    }
+
+    #[test]
+    fn handled_entries_are_acknowledged_before_pending_entries_are_listed() {
+        let now = Instant::now();
+        let later = now + Duration::from_secs(5);
+        let streams = [s("a"), s("b")];
+        let none = HashSet::new();
+        // Nothing may be pending, no claim due: the acknowledgements ride with the next read.
+        assert_eq!(
+            Chores::due(&streams, &none, later, now),
+            Chores {
+                claim: false,
+                flush: false
+            }
+        );
+        // A readable stream may hold own pending entries: acknowledge, then list them.
+        let b = HashSet::from([s("b")]);
+        assert_eq!(
+            Chores::due(&streams, &b, later, now),
+            Chores {
+                claim: false,
+                flush: true
+            }
+        );
+        // A claim round is due: acknowledge, then claim.
+        assert_eq!(
+            Chores::due(&streams, &none, now, now),
+            Chores {
+                claim: true,
+                flush: true
+            }
+        );
+        // A stream not readable now (its lease not trusted) is not looked at, so no flush.
+        let c = HashSet::from([s("c")]);
+        assert_eq!(
+            Chores::due(&streams, &c, later, now),
+            Chores {
+                claim: false,
+                flush: false
+            }
+        );
+    }
+
+    #[test]
+    fn only_readable_streams_are_looked_at_and_the_others_keep_their_mark() {
+        let maybe = HashSet::from([s("a"), s("c")]);
+        assert_eq!(to_check(&[s("a"), s("b")], &maybe), [s("a")]);
+    }
+
+    #[test]
+    fn released_keys_are_drained_once_due_and_only_when_keys_park() {
+        let now = Instant::now();
+        assert!(drain_due(true, now, now));
+        assert!(!drain_due(true, now + DRAIN_EVERY, now));
+        assert!(!drain_due(false, now, now));
+    }
+
+    #[test]
+    fn a_lane_with_an_entry_waiting_out_its_retry_waits_whole_while_the_others_go() {
+        let now = Instant::now();
+        let lanes = handling::lanes(vec![
+            delivery("a", "1-0", "k1"),
+            delivery("a", "2-0", "k2"),
+            delivery("a", "3-0", "k1"),
+        ]);
+        // k1's first entry failed and waits 3 s; k2's failure is due again.
+        let retry_at = HashMap::from([
+            (at("a", "1-0"), now + Duration::from_secs(3)),
+            (at("a", "2-0"), now),
+        ]);
+        let far = now + Duration::from_secs(60);
+        let ready = ready_lanes(lanes, &retry_at, now, far).expect("k2's lane is ready");
+        let ids: Vec<Vec<&str>> = ready
+            .iter()
+            .map(|lane| lane.iter().map(|d| d.raw.stream_id.as_str()).collect())
+            .collect();
+        assert_eq!(ids, [vec!["2-0"]]);
+    }
+
+    #[test]
+    fn when_every_lane_waits_the_turn_wakes_at_the_earliest_retry_or_the_next_claim() {
+        let now = Instant::now();
+        let lanes =
+            || handling::lanes(vec![delivery("a", "1-0", "k1"), delivery("b", "1-0", "k2")]);
+        let retry_at = HashMap::from([
+            (at("a", "1-0"), now + Duration::from_secs(3)),
+            (at("b", "1-0"), now + Duration::from_secs(1)),
+        ]);
+        let far = now + Duration::from_secs(60);
+        assert_eq!(
+            ready_lanes(lanes(), &retry_at, now, far).err(),
+            Some(now + Duration::from_secs(1))
+        );
+        let soon = now + Duration::from_millis(500);
+        assert_eq!(ready_lanes(lanes(), &retry_at, now, soon).err(), Some(soon));
+    }
 
     #[test]
     fn claims_run_twice_per_claim_idle_within_bounds() {
