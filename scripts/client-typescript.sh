@@ -34,8 +34,15 @@ npm run --silent build
 echo "client-typescript: npm run lint"
 npm run --silent lint
 echo "client-typescript: npm test"
-if [[ ! -x $root/target/debug/outbox-relay ]]; then
-  echo "client-typescript: target/debug/outbox-relay is not built: the end-to-end tests are skipped (cargo build)"
-fi
+for binary in target/debug/outbox-relay target/debug/examples/inbox_consumer; do
+  if [[ ! -x $root/$binary ]]; then
+    # `make test` sets OUTBOX_CLIENT_E2E=required: the end-to-end tests must run there.
+    if [[ ${OUTBOX_CLIENT_E2E:-} == required ]]; then
+      echo "client-typescript: $binary is not built (OUTBOX_CLIENT_E2E=required): run \`make test-build\`" >&2
+      exit 1
+    fi
+    echo "client-typescript: $binary is not built: the end-to-end tests that need it are skipped (cargo build)"
+  fi
+done
 npm test
 echo "client-typescript: done in $((SECONDS - started))s"
