@@ -31,9 +31,9 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use outbox_core::cloudevent::Envelope;
 use outbox_core::entry::field;
-use outbox_core::timestamp::created_at_text;
 use outbox_core::keys::{partition_key, partition_keys, partitions_hash};
 use outbox_core::partition;
+use outbox_core::timestamp::created_at_text;
 use redis::aio::ConnectionManager;
 use uuid::Uuid;
 

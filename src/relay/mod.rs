@@ -56,7 +56,6 @@ use crate::telemetry::ActorName;
 use claimer::{Claimer, ClaimerConfig};
 use cleaner::Cleaner;
 use cycle::CycleDeps;
-use topics::Topics;
 use gate::PublishGate;
 use health::Health;
 use heartbeat::Heartbeat;
@@ -67,6 +66,7 @@ use retry::RetryScheduler;
 use stats::BacklogSampler;
 use supervision::Watched;
 use throughput::Throughput;
+use topics::Topics;
 
 /// How often the consumer groups' gauges are sampled.
 const GROUP_SAMPLES: Duration = Duration::from_secs(5);

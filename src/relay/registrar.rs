@@ -13,8 +13,8 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use futures::{FutureExt, TryFutureExt};
 
-use super::topics::Topics;
 use super::periodic::Job;
+use super::topics::Topics;
 use crate::db::{topics, Db, DbError};
 use crate::telemetry::ActorName;
 

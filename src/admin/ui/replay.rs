@@ -85,13 +85,7 @@ pub async fn page(
             }
         }
     };
-    Ok(layout::page(
-        &req,
-        &session,
-        Nav::Replay,
-        "Replay",
-        content,
-    ))
+    Ok(layout::page(&req, &session, Nav::Replay, "Replay", content))
 }
 
 /// `POST /replay/apply`: replays, then shows how many.
