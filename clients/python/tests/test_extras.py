@@ -69,4 +69,4 @@ def test_metrics_count_entries_by_outcome() -> None:
     get = registry.get_sample_value
     assert get("outbox_consumer_entries_total", {**labels, "outcome": "handled"}) == 2
     assert get("outbox_consumer_entries_total", {**labels, "outcome": "dead_lettered"}) == 1
-    assert get("outbox_consumer_handler_seconds_count", labels) == 1
+    assert get("outbox_consumer_handler_duration_seconds_count", labels) == 1

@@ -3,7 +3,7 @@ default registry (or the one given to :func:`enable`). Names:
 
 - ``outbox_consumer_entries_total{topic,group,outcome}``: entries settled, ``outcome`` one of
   ``handled``, ``failed`` (left for a retry), ``dead_lettered``, ``outage``, ``parked``;
-- ``outbox_consumer_handler_seconds{topic,group}``: how long handler calls took.
+- ``outbox_consumer_handler_duration_seconds{topic,group}``: how long handler calls took.
 
 Without prometheus_client installed, every call here does nothing."""
 
@@ -36,7 +36,7 @@ def enable(registry: Any = None) -> bool:
             **kwargs,
         )
         _seconds = _prom.Histogram(
-            "outbox_consumer_handler_seconds",
+            "outbox_consumer_handler_duration_seconds",
             "How long handler calls took.",
             ["topic", "group"],
             **kwargs,
