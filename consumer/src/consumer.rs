@@ -136,21 +136,26 @@ impl Consumer {
             handler.maintain(&self.config.group).await;
             std::future::pending::<RunStats>().await
         };
-        // Partition leases are renewed beside the loop, for as long as it runs.
+        // Partition leases are renewed beside the loop, for as long as it runs; it is stopped
+        // before the consumer leaves the fleet: a renewal after the leave would announce the
+        // consumer again, and the others would wait a lease for partitions nobody reads.
         let heartbeat = fleet::heartbeat(&self.fleet, self.fleet_conn.clone());
-        tokio::select! {
+        let state = tokio::select! {
             biased;
-            stats = self.run_with(&handler, shutdown) => stats,
-            stats = beside => stats,
+            state = self.consume_until(&handler, shutdown) => state,
+            stats = beside => return stats,
             never = heartbeat => match never {},
-        }
+        };
+        self.finish(state).await
     }
 
-    pub(crate) async fn run_with<P: Process>(
+    /// Consumes until `shutdown` completes; the entries in hand are handled, not yet all
+    /// acknowledged ([`Self::finish`]).
+    async fn consume_until<P: Process>(
         &self,
         process: &P,
         shutdown: impl Future<Output = ()>,
-    ) -> RunStats {
+    ) -> LoopState {
         let mut shutdown = pin!(shutdown.fuse());
         let mut state = LoopState::new();
         let streams = self.keys.join(",");
@@ -175,6 +180,13 @@ impl Consumer {
                 End::Switch => fenced = !fenced,
             }
         }
+        state
+    }
+
+    /// After the loop and its heartbeat stopped: acknowledges what was handled and leaves the
+    /// fleet.
+    async fn finish(&self, mut state: LoopState) -> RunStats {
+        let streams = self.keys.join(",");
         // What was handled since the last read, or could not be acknowledged, is now.
         if !state.unacked.is_empty() {
             let mut conn = self.conn.clone();
