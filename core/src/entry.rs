@@ -125,6 +125,30 @@ pub enum EntryError {
     },
 }
 
+impl EntryError {
+    /// A stable code for the kind of error, the same in every client of the protocol
+    /// (docs/protocol.md; `consumer/protocol/golden/entries.json` lists each with its cases):
+    /// compare codes, not messages.
+    pub fn code(&self) -> &'static str {
+        use cloudevent::ReadError;
+        match self {
+            EntryError::Missing(_) => "missing_field",
+            EntryError::NotText(_) => "not_text",
+            EntryError::Id(_) => "bad_id",
+            EntryError::Json { .. } => "bad_json",
+            EntryError::CreatedAt(_) => "bad_created_at",
+            EntryError::CloudEventId { .. } => "cloudevent_id_mismatch",
+            EntryError::CloudEvent(read) => match read {
+                ReadError::Json(_) => "cloudevent_not_json",
+                ReadError::Missing(_) => "cloudevent_missing_attribute",
+                ReadError::Version(_) => "cloudevent_bad_specversion",
+                ReadError::Time(_) => "cloudevent_bad_time",
+                ReadError::Binary => "cloudevent_binary_data",
+            },
+        }
+    }
+}
+
 impl Entry {
     /// Parses an entry from its fields (as a `HashMap<String, Value>` of a
     /// [`redis::streams::StreamId`], or pairs), with `deliveries` set to 1. Unknown fields are
