@@ -88,7 +88,9 @@ lint: ## formatting and clippy of every crate of the workspace, warnings as erro
 # their .crate files, as crates.io would build them; the relay's dry run packages and
 # resolves it without a build of its own (make test builds it; its compile-time files are
 # all under src/ and migrations/, which its package includes).
-package: ## the crates as crates.io would take them: cargo package of outbox-relay-core and outbox-consumer (built from the .crate), cargo publish --dry-run of the three
+# The clients in other languages (clients/) are packaged last: a wheel, an sdist and an npm
+# tarball, each installed in a fresh virtualenv or folder under target/tmp/ to run its example.
+package: ## the crates as crates.io would take them: cargo package of outbox-relay-core and outbox-consumer (built from the .crate), cargo publish --dry-run of the three; then the Python client's wheel and sdist and the TypeScript client's npm tarball, checked and installed fresh (scripts/package-clients.sh)
 	@# cargo builds the packaged crates from where it extracts a registry's, under a name taken
 	@# from the temporary registry's path, and reuses what an earlier run extracted there: those
 	@# extractions go first, so that the .crate files of this tree are what gets built.
@@ -97,6 +99,7 @@ package: ## the crates as crates.io would take them: cargo package of outbox-rel
 	  -exec rm -rf {} +
 	cargo package -p outbox-relay-core -p outbox-consumer
 	cargo publish --dry-run --no-verify -p outbox-relay-core -p outbox-consumer -p outbox-relay-server
+	bash scripts/package-clients.sh
 
 fmt: ## format the code
 	cargo fmt --all
