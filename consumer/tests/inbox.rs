@@ -404,3 +404,24 @@ async fn a_consumer_with_the_inbox_applies_each_event_once_when_the_group_reads_
         assert_eq!(t.db.effects_of(e.id).await, 1, "event {}", e.payload["n"]);
     }
 }
+
+/// A consumer starting while another is inside an effect transaction (or frozen there) is
+/// not held up by it: the inbox's tables exist, so nothing that locks them runs.
+#[tokio::test(flavor = "multi_thread")]
+async fn ensure_table_does_not_wait_for_an_effect_in_flight() {
+    use diesel_async::SimpleAsyncConnection;
+    let t = setup().await;
+    let mut busy = t.pool.get().await.expect("a connection");
+    busy.batch_execute(
+        "BEGIN; INSERT INTO outbox_inbox (consumer_group, event_id, topic)
+         VALUES ('g', gen_random_uuid(), 't')",
+    )
+    .await
+    .expect("an effect transaction left open");
+    let mut starting = t.pool.get().await.expect("another connection");
+    tokio::time::timeout(Duration::from_secs(5), inbox::ensure_table(&mut starting))
+        .await
+        .expect("ensure_table waited for the open effect transaction")
+        .expect("ensure_table");
+    busy.batch_execute("ROLLBACK").await.expect("rollback");
+}

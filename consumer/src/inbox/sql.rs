@@ -90,7 +90,27 @@ pub enum Applied {
 /// outbox's, where `outbox-relay migrate` creates it).
 /// Consumers starting together on a fresh database are serialized by an advisory lock:
 /// concurrent `CREATE TABLE IF NOT EXISTS` can fail on Postgres' catalog unique index.
+///
+/// When every object is there already nothing is run: `CREATE INDEX IF NOT EXISTS` locks the
+/// table before it finds the index, and would wait behind any effect transaction in flight
+/// (a consumer frozen inside one holds it until Postgres ends it), so a starting consumer
+/// would wait for a stopped one.
 pub async fn ensure_table(conn: &mut AsyncPgConnection) -> Result<(), diesel::result::Error> {
+    #[derive(diesel::QueryableByName)]
+    struct Present {
+        #[diesel(sql_type = diesel::sql_types::Bool)]
+        present: bool,
+    }
+    let present: Present = diesel::sql_query(
+        "SELECT to_regclass('outbox_inbox') IS NOT NULL
+            AND to_regclass('outbox_inbox_processed_at') IS NOT NULL
+            AND to_regclass('outbox_inbox_fences') IS NOT NULL AS present",
+    )
+    .get_result(conn)
+    .await?;
+    if present.present {
+        return Ok(());
+    }
     conn.transaction(async |c| {
         c.batch_execute(&format!(
             "SELECT pg_advisory_xact_lock({DDL_LOCK}); {TABLE_SQL}; {FENCES_SQL}"
