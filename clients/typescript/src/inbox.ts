@@ -36,8 +36,18 @@ const RETENTION_BATCH = 1000;
 /** An effect: runs inside the inbox's transaction on `client`; commit together or not at all. */
 export type Effect = (client: PoolClient, entry: Entry) => Promise<void>;
 
-/** Creates `outbox_inbox` and `outbox_inbox_fences` if missing (serialized by an advisory lock). */
+const PRESENT =
+  "SELECT to_regclass('outbox_inbox') IS NOT NULL AND to_regclass('outbox_inbox_processed_at') IS NOT NULL" +
+  " AND to_regclass('outbox_inbox_fences') IS NOT NULL AS present";
+
+/**
+ * Creates `outbox_inbox` and `outbox_inbox_fences` if missing (serialized by an advisory lock).
+ * Runs nothing when they exist: `CREATE INDEX IF NOT EXISTS` locks the table before it finds
+ * the index, and would wait behind any effect transaction in flight.
+ */
 export async function ensureTables(pool: Pool): Promise<void> {
+  const present = await pool.query<{ present: boolean }>(PRESENT);
+  if (present.rows[0]?.present === true) return;
   const client = await pool.connect();
   try {
     await client.query("BEGIN");

@@ -76,9 +76,22 @@ _DELETE_OLD = (
 )
 
 
+_PRESENT = (
+    "SELECT to_regclass('outbox_inbox') IS NOT NULL"
+    " AND to_regclass('outbox_inbox_processed_at') IS NOT NULL"
+    " AND to_regclass('outbox_inbox_fences') IS NOT NULL"
+)
+
+
 async def ensure_table(conn: psycopg.AsyncConnection[Any]) -> None:
     """Creates ``outbox_inbox`` and ``outbox_inbox_fences`` if missing (the same SQL as the
-    relay's ``migrate``), under an advisory lock so consumers starting together do not race."""
+    relay's ``migrate``), under an advisory lock so consumers starting together do not race.
+    Runs nothing when they exist: ``CREATE INDEX IF NOT EXISTS`` locks the table before it
+    finds the index, and would wait behind any effect transaction in flight."""
+    cur = await conn.execute(_PRESENT)
+    row = await cur.fetchone()
+    if row is not None and row[0]:
+        return
     async with conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock(%s)", (DDL_LOCK,))
         await conn.execute(TABLE_SQL.encode())
