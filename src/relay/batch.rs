@@ -534,18 +534,7 @@ mod settle_tests {
     use super::*;
 
     fn row(topic: &str, key: Option<&str>, seq: i64) -> ClaimedRow {
-        ClaimedRow {
-            id: Uuid::new_v4(),
-            seq,
-            topic: topic.into(),
-            partition_key: key.map(Into::into),
-            payload: "{}".into(),
-            headers: "{}".into(),
-            created_at: Utc::now(),
-            attempts: 1,
-            ready: true,
-            ctid: format!("(0,{seq})"),
-        }
+        ClaimedRow::for_test(topic, key, seq, 1)
     }
 
     fn rows(ctids: &[&str]) -> Vec<Row> {

@@ -446,21 +446,9 @@ async fn mark(
 mod tests {
     use super::*;
     use crate::db::outbox::ClaimedRow;
-    use uuid::Uuid;
 
     fn row(topic: &str, key: Option<&str>, seq: i64) -> ClaimedRow {
-        ClaimedRow {
-            id: Uuid::new_v4(),
-            seq,
-            topic: topic.into(),
-            partition_key: key.map(Into::into),
-            payload: "{}".into(),
-            headers: "{}".into(),
-            created_at: Utc::now(),
-            attempts: 0,
-            ready: true,
-            ctid: format!("(0,{seq})"),
-        }
+        ClaimedRow::for_test(topic, key, seq, 0)
     }
 
     /// A claim of three topics: `a` recorded at 4 partitions and trimmed, `b` configured at 3

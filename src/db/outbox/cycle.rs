@@ -53,6 +53,26 @@ pub struct ClaimedRow {
     pub ctid: String,
 }
 
+#[cfg(test)]
+impl ClaimedRow {
+    /// A row as a claim would return it, for the planners' unit tests: `{}` payload and
+    /// headers, created now, at ctid `(0,seq)`.
+    pub(crate) fn for_test(topic: &str, key: Option<&str>, seq: i64, attempts: i32) -> Self {
+        ClaimedRow {
+            id: Uuid::new_v4(),
+            seq,
+            topic: topic.into(),
+            partition_key: key.map(Into::into),
+            payload: "{}".into(),
+            headers: "{}".into(),
+            created_at: Utc::now(),
+            attempts,
+            ready: true,
+            ctid: format!("(0,{seq})"),
+        }
+    }
+}
+
 const COLUMNS: &str = "o.id, o.seq, o.topic, o.partition_key, o.payload::text AS payload, \
      COALESCE(o.headers, '{}'::jsonb)::text AS headers, o.created_at, o.attempts, \
      (o.available_at <= now()) AS ready, o.ctid::text AS ctid";
