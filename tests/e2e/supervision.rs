@@ -190,23 +190,32 @@ async fn every_contract_metric_is_in_the_first_scrape() {
     )
     .await;
     let relay = RelayProc::spawn("first-scrape", &base_env(&db, &redis));
+    assert_first_scrape_has(
+        &relay,
+        &[
+            "outbox_events_published_total{topic=\"orders.created\"} 0",
+            "outbox_events_published_total{topic=\"held\"} 0",
+            "# TYPE outbox_events_pending gauge",
+            "# TYPE outbox_events_dead gauge",
+            "# TYPE outbox_oldest_pending_age_seconds gauge",
+            "outbox_publish_duration_seconds_count 0",
+            "outbox_events_failed_total 0",
+            "outbox_events_dead_lettered_total 0",
+            "outbox_actor_panics_total{actor=\"claimer\"} 0",
+            "outbox_publish_duration_seconds_bucket{le=\"+Inf\"} 0",
+        ],
+    )
+    .await;
+}
+
+/// Waits for `/healthz` to answer 200, then asserts the very first scrape holds each line.
+async fn assert_first_scrape_has(relay: &RelayProc, lines: &[&str]) {
     relay
         .http()
         .wait_status("/healthz", 200, Duration::from_secs(20))
         .await;
     let scrape = relay.http().metrics();
-    for line in [
-        "outbox_events_published_total{topic=\"orders.created\"} 0",
-        "outbox_events_published_total{topic=\"held\"} 0",
-        "# TYPE outbox_events_pending gauge",
-        "# TYPE outbox_events_dead gauge",
-        "# TYPE outbox_oldest_pending_age_seconds gauge",
-        "outbox_publish_duration_seconds_count 0",
-        "outbox_events_failed_total 0",
-        "outbox_events_dead_lettered_total 0",
-        "outbox_actor_panics_total{actor=\"claimer\"} 0",
-        "outbox_publish_duration_seconds_bucket{le=\"+Inf\"} 0",
-    ] {
+    for line in lines {
         assert!(
             scrape.contains(line),
             "first scrape lacks {line}:\n{scrape}"
@@ -231,25 +240,19 @@ async fn a_topic_published_before_this_process_started_is_in_its_first_scrape() 
     assert!(published >= 2, "the earlier relay registered its topics");
     for round in 0..3 {
         let relay = RelayProc::spawn_with_config(&format!("later-{round}"), &env, &config);
-        relay
-            .http()
-            .wait_status("/healthz", 200, Duration::from_secs(20))
-            .await;
-        let scrape = relay.http().metrics();
-        for line in [
-            "outbox_events_published_total{topic=\"t0\"} 0",
-            "outbox_events_published_total{topic=\"t1\"} 0",
-            "# TYPE outbox_postgres_standbys gauge",
-            "# TYPE outbox_postgres_standby_lag_bytes gauge",
-            "# TYPE outbox_redis_memory_ratio gauge",
-            "outbox_redis_memory_held 0",
-            "outbox_parked_events{topic=\"parks\"} 0",
-        ] {
-            assert!(
-                scrape.contains(line),
-                "first scrape of round {round} lacks {line}:\n{scrape}"
-            );
-        }
+        assert_first_scrape_has(
+            &relay,
+            &[
+                "outbox_events_published_total{topic=\"t0\"} 0",
+                "outbox_events_published_total{topic=\"t1\"} 0",
+                "# TYPE outbox_postgres_standbys gauge",
+                "# TYPE outbox_postgres_standby_lag_bytes gauge",
+                "# TYPE outbox_redis_memory_ratio gauge",
+                "outbox_redis_memory_held 0",
+                "outbox_parked_events{topic=\"parks\"} 0",
+            ],
+        )
+        .await;
     }
 }
 
